@@ -1,0 +1,1 @@
+# Placeholder until the CUDA issue builds detconv._kernels here.

@@ -1,0 +1,72 @@
+// Host-side pieces shared by the CPU driver and every ISA translation unit.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <vector>
+#include "detconv/kernels.h"
+#include "detconv/numerics.h"
+#include "detconv/order.h"
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#define DETCONV_X86 1
+#endif
+
+namespace detconv {
+namespace cpu {
+
+// TensorFlow's CPU threads run with flush-to-zero and denormals-are-zero set;
+// the contract honours subnormals, so every shard clears both (and forces
+// round-to-nearest) for its duration and restores the caller's state.
+class FpEnvGuard {
+ public:
+#ifdef DETCONV_X86
+  FpEnvGuard() : saved_(_mm_getcsr()) { _mm_setcsr((saved_ & ~(0x8040u | 0x6000u)) | 0x1F80u); }
+  ~FpEnvGuard() { _mm_setcsr(saved_); }
+ private:
+  unsigned saved_;
+#endif
+};
+
+// Output tensor of any dtype and layout; put() does the contract's single
+// rounding from the accumulator and writes canonical NaNs.
+struct OutSpec {
+  void* base;
+  DType dtype;
+  Strides4 s;
+  void put(i64 off, float v) const {
+    switch (dtype) {
+      case DType::kFloat32: static_cast<float*>(base)[off] = canon32(v); break;
+      case DType::kFloat16: static_cast<std::uint16_t*>(base)[off] = float_to_half(v); break;
+      case DType::kBFloat16: static_cast<std::uint16_t*>(base)[off] = float_to_bf16(v); break;
+      case DType::kFloat64: static_cast<double*>(base)[off] = canon64(double(v)); break;  // never used
+    }
+  }
+  void put(i64 off, double v) const { static_cast<double*>(base)[off] = canon64(v); }
+};
+
+inline i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
+
+// Kernel entry points of one ISA for one accumulator type A. All inputs are
+// NHWC (x, dy) or HWIO (f) arrays of A with at least kPad readable elements
+// past their end; `finite` says every filter value is finite.
+constexpr i64 kPad = 64;
+template <class A>
+struct IsaKernels {
+  void (*fprop)(const ConvProblem&, const A* x, const A* f, const A* bias, const OutSpec& y, const CpuExecutor&);
+  void (*dgrad)(const ConvProblem&, const A* dy, const A* f, bool finite, const OutSpec& dx, const CpuExecutor&);
+  // dw and db go through a workspace of P*F parts then combine in chunk order.
+  void (*wgrad)(const ConvProblem&, const A* x, const A* dy, const OutSpec& dw, const CpuExecutor&);
+  void (*bgrad)(const ConvProblem&, const A* dy, const OutSpec& db, const CpuExecutor&);
+};
+struct IsaTable {
+  IsaKernels<float> f32;    // float32 accumulation (float32, bfloat16, float16 inputs)
+  IsaKernels<double> f64;   // float64
+  IsaKernels<float> h16;    // native binary16 accumulation, values held in float
+};
+
+IsaTable isa_table_scalar();
+IsaTable isa_table_avx2();
+IsaTable isa_table_avx512();
+
+}  // namespace cpu
+}  // namespace detconv

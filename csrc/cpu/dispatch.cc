@@ -1,0 +1,172 @@
+// CPU entry points: pick the ISA path, bring inputs into the accumulator type
+// in NHWC (exact conversions; layout never changes a bit), run the kernels.
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+#include "cpu/cpu_common.h"
+
+namespace detconv {
+
+namespace {
+
+CpuIsa best_isa() {
+#ifdef DETCONV_X86
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("f16c") &&
+      __builtin_cpu_supports("fma"))
+    return CpuIsa::kAvx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+    return CpuIsa::kAvx2;
+#endif
+  return CpuIsa::kScalar;
+}
+
+CpuIsa initial_isa() {
+  const char* env = std::getenv("DETCONV_CPU_ISA");
+  if (env) {
+    CpuIsa want = CpuIsa::kAuto;
+    if (!std::strcmp(env, "scalar")) want = CpuIsa::kScalar;
+    if (!std::strcmp(env, "avx2")) want = CpuIsa::kAvx2;
+    if (!std::strcmp(env, "avx512")) want = CpuIsa::kAvx512;
+    if (want != CpuIsa::kAuto && cpu_isa_supported(want)) return want;
+  }
+  return best_isa();
+}
+
+std::atomic<int>& active_isa() {
+  static std::atomic<int> isa{static_cast<int>(initial_isa())};
+  return isa;
+}
+
+const cpu::IsaTable& table_for(CpuIsa isa) {
+  // Each table is built only when its ISA runs here (building one executes its code).
+  switch (isa) {
+    case CpuIsa::kAvx512: { static const cpu::IsaTable t = cpu::isa_table_avx512(); return t; }
+    case CpuIsa::kAvx2: { static const cpu::IsaTable t = cpu::isa_table_avx2(); return t; }
+    default: { static const cpu::IsaTable t = cpu::isa_table_scalar(); return t; }
+  }
+}
+
+const cpu::IsaTable& table() { return table_for(cpu_isa_active()); }
+
+template <class A>
+A load_as(const void* src, DType dt, i64 k) {
+  switch (dt) {
+    case DType::kFloat32: return A(static_cast<const float*>(src)[k]);
+    case DType::kFloat64: return A(static_cast<const double*>(src)[k]);
+    case DType::kFloat16: return A(half_to_float(static_cast<const std::uint16_t*>(src)[k]));
+    case DType::kBFloat16: return A(bf16_to_float(static_cast<const std::uint16_t*>(src)[k]));
+  }
+  return A(0);
+}
+
+// An input-shaped or output-shaped tensor as NHWC accumulator values, with
+// kPad zeros after it (kernels read whole vectors past the end).
+template <class A>
+std::vector<A> to_nhwc(const void* src, DType dt, Layout layout, i64 N, i64 H, i64 W, i64 C,
+                       const CpuExecutor& ex) {
+  std::vector<A> out(N * H * W * C + cpu::kPad, A(0));
+  const Strides4 s = make_strides(layout, H, W, C);
+  ex.parallel_for(N * H, W * C, [&](i64 r0, i64 r1) {
+    for (i64 r = r0; r < r1; ++r) {
+      const i64 n = r / H, h = r % H;
+      A* dst = out.data() + r * W * C;
+      for (i64 w = 0; w < W; ++w)
+        for (i64 c = 0; c < C; ++c) dst[w * C + c] = load_as<A>(src, dt, s.at(n, h, w, c));
+    }
+  });
+  return out;
+}
+
+template <class A>
+std::vector<A> to_acc(const void* src, DType dt, i64 count) {
+  std::vector<A> out(count + cpu::kPad, A(0));
+  for (i64 k = 0; k < count; ++k) out[k] = load_as<A>(src, dt, k);
+  return out;
+}
+
+template <class A>
+bool all_finite(const std::vector<A>& v, i64 count) {
+  for (i64 k = 0; k < count; ++k)
+    if (!std::isfinite(v[k])) return false;
+  return true;
+}
+
+// Calls fn with the accumulator type and kernel set of the problem.
+template <class Fn>
+void with_kernels(const ConvProblem& p, Fn&& fn) {
+  const cpu::IsaTable& t = table();
+  if (p.dtype == DType::kFloat64) fn(double(0), t.f64);
+  else if (p.accum == Accum::kFloat16) fn(float(0), t.h16);
+  else fn(float(0), t.f32);
+}
+
+}  // namespace
+
+bool cpu_isa_supported(CpuIsa isa) {
+  if (isa == CpuIsa::kAuto || isa == CpuIsa::kScalar) return true;
+  const CpuIsa best = best_isa();
+  return static_cast<int>(isa) <= static_cast<int>(best);
+}
+
+bool cpu_isa_force(CpuIsa isa) {
+  if (isa == CpuIsa::kAuto) isa = best_isa();
+  if (!cpu_isa_supported(isa)) return false;
+  active_isa().store(static_cast<int>(isa));
+  return true;
+}
+
+CpuIsa cpu_isa_active() { return static_cast<CpuIsa>(active_isa().load()); }
+
+const char* cpu_isa_name(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kScalar: return "scalar";
+    case CpuIsa::kAvx2: return "avx2";
+    case CpuIsa::kAvx512: return "avx512";
+    default: return "auto";
+  }
+}
+
+void fprop_cpu(const ConvProblem& p, const void* x, const void* f, const void* bias, void* y, const CpuExecutor& ex) {
+  if (p.y_elems() == 0) return;
+  with_kernels(p, [&](auto zero, const auto& k) {
+    using A = decltype(zero);
+    const auto xa = to_nhwc<A>(x, p.dtype, p.layout, p.N, p.H, p.W, p.C, ex);
+    const auto fa = to_acc<A>(f, p.dtype, p.filter_elems());
+    std::vector<A> ba;
+    if (bias) ba = to_acc<A>(bias, p.dtype, p.Co);
+    k.fprop(p, xa.data(), fa.data(), bias ? ba.data() : nullptr, cpu::OutSpec{y, p.dtype, p.y_strides()}, ex);
+  });
+}
+
+void dgrad_cpu(const ConvProblem& p, const void* dy, const void* f, void* dx, const CpuExecutor& ex) {
+  if (p.x_elems() == 0) return;
+  with_kernels(p, [&](auto zero, const auto& k) {
+    using A = decltype(zero);
+    const auto da = to_nhwc<A>(dy, p.dtype, p.layout, p.N, p.OH, p.OW, p.Co, ex);
+    const auto fa = to_acc<A>(f, p.dtype, p.filter_elems());
+    k.dgrad(p, da.data(), fa.data(), all_finite(fa, p.filter_elems()), cpu::OutSpec{dx, p.dtype, p.x_strides()}, ex);
+  });
+}
+
+void wgrad_cpu(const ConvProblem& p, const void* x, const void* dy, void* dw, const CpuExecutor& ex) {
+  with_kernels(p, [&](auto zero, const auto& k) {
+    using A = decltype(zero);
+    const auto xa = to_nhwc<A>(x, p.dtype, p.layout, p.N, p.H, p.W, p.C, ex);
+    const auto da = to_nhwc<A>(dy, p.dtype, p.layout, p.N, p.OH, p.OW, p.Co, ex);
+    k.wgrad(p, xa.data(), da.data(), cpu::OutSpec{dw, p.dtype, Strides4{0, 0, 0, 1}}, ex);
+  });
+}
+
+void bgrad_cpu(const ConvProblem& p, const void* dy, void* db, const CpuExecutor& ex) {
+  with_kernels(p, [&](auto zero, const auto& k) {
+    using A = decltype(zero);
+    const auto da = to_nhwc<A>(dy, p.dtype, p.layout, p.N, p.OH, p.OW, p.Co, ex);
+    k.bgrad(p, da.data(), cpu::OutSpec{db, p.dtype, Strides4{0, 0, 0, 1}}, ex);
+  });
+}
+
+}  // namespace detconv

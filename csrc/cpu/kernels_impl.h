@@ -1,0 +1,457 @@
+// The CPU kernels, written once over a vector type V (simd_*.h) and compiled
+// once per ISA inside its own namespace. Every kernel vectorizes across
+// outputs (output channels, input channels, or dw elements) and blocks several
+// output pixels / taps in registers; each lane folds exactly one output in the
+// order of detconv/order.h, so ISA, block shape and threads never change bits.
+//
+// Inputs arrive canonicalized by dispatch.cc: x and dy NHWC, f HWIO, all in
+// the accumulator type, each readable kPad elements past its end.
+
+template <class V>
+struct Kernels {
+  using T = typename V::T;
+  using R = typename V::R;
+  static constexpr int L = V::L, PW = V::kPW, NV = V::kNV, BW = L * NV;
+
+  // Writes lanes [0, n) of a vector block to out.put(base + lane*stride).
+  static void put_lanes(const OutSpec& out, const R& v, i64 base, i64 stride, i64 n) {
+    alignas(64) T tmp[L];
+    V::store(tmp, v);
+    for (i64 l = 0; l < n && l < L; ++l) out.put(base + l * stride, tmp[l]);
+  }
+
+  // ====================================================== Fprop
+  // Dense: lanes over BW output channels of one group, PW output pixels of a row.
+  template <int P>
+  static void fprop_dense(const ConvProblem& p, const T* x, const T* f, const T* bias, const OutSpec& y,
+                          const CpuExecutor& ex) {
+    const i64 cog = p.Cog(), nb = ceil_div(cog, BW), taps = p.KH * p.KW * p.Cg;
+    // Filter packed per (group, block): [taps][BW], zero lanes past the group.
+    std::vector<T> wp(p.G * nb * taps * BW), bp(p.G * nb * BW, T(0));
+    for (i64 g = 0; g < p.G; ++g)
+      for (i64 b = 0; b < nb; ++b)
+        for (i64 t = 0; t < taps; ++t)
+          for (i64 l = 0; l < BW; ++l) {
+            const i64 ol = b * BW + l;
+            wp[((g * nb + b) * taps + t) * BW + l] = ol < cog ? f[t * p.Co + g * cog + ol] : T(0);
+            if (bias && t == 0) bp[(g * nb + b) * BW + l] = ol < cog ? bias[g * cog + ol] : T(0);
+          }
+    const std::vector<T> zeros(p.Cg + kPad, T(0));
+    const i64 owb = ceil_div(p.OW, P), units = p.N * p.OH * p.G * nb * owb;
+    const Strides4 ys = y.s;
+    ex.parallel_for(units, taps * BW * P, [&](i64 u0, i64 u1) {
+      FpEnvGuard guard;
+      for (i64 u = u0; u < u1; ++u) {
+        i64 rem = u;
+        const i64 wb = rem % owb; rem /= owb;
+        const i64 b = rem % nb; rem /= nb;
+        const i64 g = rem % p.G; rem /= p.G;
+        const i64 oh = rem % p.OH, n = rem / p.OH;
+        const i64 ow0 = wb * P;
+        const T* wg = wp.data() + (g * nb + b) * taps * BW;
+        R acc[P][NV];
+        for (int q = 0; q < P; ++q)
+          for (int j = 0; j < NV; ++j) acc[q][j] = V::zero();
+        for (i64 kh = 0; kh < p.KH; ++kh) {
+          const i64 ih = fprop_in_row(p, oh, kh);
+          const bool row_in = ih >= 0 && ih < p.H;
+          for (i64 kw = 0; kw < p.KW; ++kw) {
+            const T* xp[P];
+            for (int q = 0; q < P; ++q) {
+              const i64 iw = fprop_in_col(p, ow0 + q, kw);
+              // Padded taps are fma with +0, exactly as the contract says.
+              xp[q] = (row_in && iw >= 0 && iw < p.W && ow0 + q < p.OW)
+                          ? x + ((n * p.H + ih) * p.W + iw) * p.C + g * p.Cg
+                          : zeros.data();
+            }
+            const T* wt = wg + (kh * p.KW + kw) * p.Cg * BW;
+            for (i64 i = 0; i < p.Cg; ++i) {
+              R fv[NV];
+              for (int j = 0; j < NV; ++j) fv[j] = V::load(wt + i * BW + j * L);
+              for (int q = 0; q < P; ++q) {
+                const R xv = V::bcast(xp[q][i]);
+                for (int j = 0; j < NV; ++j) acc[q][j] = V::fma(xv, fv[j], acc[q][j]);
+              }
+            }
+          }
+        }
+        for (int q = 0; q < P && ow0 + q < p.OW; ++q)
+          for (int j = 0; j < NV; ++j) {
+            R a = acc[q][j];
+            if (bias) a = V::add(a, V::load(bp.data() + (g * nb + b) * BW + j * L));
+            const i64 o = g * cog + b * BW + j * L;
+            put_lanes(y, a, ys.at(n, oh, ow0 + q, o), ys.c, cog - (b * BW + j * L));
+          }
+      }
+    });
+  }
+
+  // Loads the input values lanes o0..o0+L-1 meet when Cg == 1: channel o / cog.
+  static R x_lanes_dw(const T* px, i64 o0, i64 cog, i64 Co) {
+    if (cog == 1) return V::load(px + o0);
+    alignas(64) T tmp[L];
+    for (int l = 0; l < L; ++l) tmp[l] = o0 + l < Co ? px[(o0 + l) / cog] : T(0);
+    return V::load(tmp);
+  }
+
+  // Depthwise-like (Cg == 1): lanes over output channels across groups; lane o
+  // reads input channel o / cog. Each fold is over (kh, kw) only.
+  template <int P>
+  static void fprop_dw(const ConvProblem& p, const T* x, const T* f, const T* bias, const OutSpec& y,
+                       const CpuExecutor& ex) {
+    const i64 cog = p.Cog(), nb = ceil_div(p.Co, BW), cop = nb * BW, khw = p.KH * p.KW;
+    std::vector<T> wp(khw * cop + kPad, T(0)), bp(cop + kPad, T(0));
+    for (i64 t = 0; t < khw; ++t)
+      for (i64 o = 0; o < p.Co; ++o) wp[t * cop + o] = f[t * p.Co + o];
+    if (bias)
+      for (i64 o = 0; o < p.Co; ++o) bp[o] = bias[o];
+    const std::vector<T> zeros(cop + kPad, T(0));
+    const i64 owb = ceil_div(p.OW, P), units = p.N * p.OH * nb * owb;
+    const Strides4 ys = y.s;
+    ex.parallel_for(units, khw * BW * P, [&](i64 u0, i64 u1) {
+      FpEnvGuard guard;
+      for (i64 u = u0; u < u1; ++u) {
+        i64 rem = u;
+        const i64 wb = rem % owb; rem /= owb;
+        const i64 b = rem % nb; rem /= nb;
+        const i64 oh = rem % p.OH, n = rem / p.OH;
+        const i64 ow0 = wb * P, o0 = b * BW;
+        R acc[P][NV];
+        for (int q = 0; q < P; ++q)
+          for (int j = 0; j < NV; ++j) acc[q][j] = V::zero();
+        for (i64 kh = 0; kh < p.KH; ++kh) {
+          const i64 ih = fprop_in_row(p, oh, kh);
+          const bool row_in = ih >= 0 && ih < p.H;
+          for (i64 kw = 0; kw < p.KW; ++kw) {
+            R fv[NV];
+            for (int j = 0; j < NV; ++j) fv[j] = V::load(wp.data() + (kh * p.KW + kw) * cop + o0 + j * L);
+            for (int q = 0; q < P; ++q) {
+              const i64 iw = fprop_in_col(p, ow0 + q, kw);
+              const bool in = row_in && iw >= 0 && iw < p.W && ow0 + q < p.OW;
+              const T* px = in ? x + ((n * p.H + ih) * p.W + iw) * p.C : nullptr;
+              for (int j = 0; j < NV; ++j) {
+                const R xv = in ? x_lanes_dw(px, o0 + j * L, cog, p.Co) : V::zero();
+                acc[q][j] = V::fma(xv, fv[j], acc[q][j]);
+              }
+            }
+          }
+        }
+        for (int q = 0; q < P && ow0 + q < p.OW; ++q)
+          for (int j = 0; j < NV; ++j) {
+            R a = acc[q][j];
+            if (bias) a = V::add(a, V::load(bp.data() + o0 + j * L));
+            put_lanes(y, a, ys.at(n, oh, ow0 + q, o0 + j * L), ys.c, p.Co - (o0 + j * L));
+          }
+      }
+    });
+  }
+
+  static void fprop(const ConvProblem& p, const T* x, const T* f, const T* bias, const OutSpec& y,
+                    const CpuExecutor& ex) {
+    if (p.Cg == 1 && p.Cog() < L) fprop_dw<PW>(p, x, f, bias, y, ex);
+    else fprop_dense<PW>(p, x, f, bias, y, ex);
+  }
+
+  // ====================================================== Dgrad
+  // Dense: lanes over BW input channels i of one group, P input pixels of a row.
+  // A tap that reaches no output is skipped. Within a block of P > 1 pixels a
+  // pixel whose tap is out of range reads +0 instead: fma(+0, f, acc) == acc
+  // for finite f (acc is never -0), so P > 1 is used only for finite filters.
+  template <int P>
+  static void dgrad_dense(const ConvProblem& p, const T* dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
+    const i64 cog = p.Cog(), nb = ceil_div(p.Cg, BW), khw = p.KH * p.KW;
+    // wt[g][b][kh][kw][o_local][BW] = f[kh, kw, b*BW + lane, g*cog + o_local]
+    std::vector<T> wt(p.G * nb * khw * cog * BW);
+    for (i64 g = 0; g < p.G; ++g)
+      for (i64 b = 0; b < nb; ++b)
+        for (i64 t = 0; t < khw; ++t)
+          for (i64 ol = 0; ol < cog; ++ol)
+            for (i64 l = 0; l < BW; ++l) {
+              const i64 i = b * BW + l;
+              wt[(((g * nb + b) * khw + t) * cog + ol) * BW + l] =
+                  i < p.Cg ? f[(t * p.Cg + i) * p.Co + g * cog + ol] : T(0);
+            }
+    const std::vector<T> zeros(cog + kPad, T(0));
+    const i64 iwb = ceil_div(p.W, P), units = p.N * p.H * p.G * nb * iwb;
+    const Strides4 xs = dx.s;
+    ex.parallel_for(units, khw * cog * BW * P, [&](i64 u0, i64 u1) {
+      FpEnvGuard guard;
+      for (i64 u = u0; u < u1; ++u) {
+        i64 rem = u;
+        const i64 wb = rem % iwb; rem /= iwb;
+        const i64 b = rem % nb; rem /= nb;
+        const i64 g = rem % p.G; rem /= p.G;
+        const i64 ih = rem % p.H, n = rem / p.H;
+        const i64 iw0 = wb * P;
+        R acc[P][NV];
+        for (int q = 0; q < P; ++q)
+          for (int j = 0; j < NV; ++j) acc[q][j] = V::zero();
+        for (i64 kh = 0; kh < p.KH; ++kh) {
+          const i64 oh = dgrad_out_row(p, ih, kh);
+          if (oh < 0) continue;
+          for (i64 kw = 0; kw < p.KW; ++kw) {
+            const T* dp[P];
+            bool any = false;
+            for (int q = 0; q < P; ++q) {
+              const i64 ow = iw0 + q < p.W ? dgrad_out_col(p, iw0 + q, kw) : -1;
+              any |= ow >= 0;
+              dp[q] = ow >= 0 ? dy + ((n * p.OH + oh) * p.OW + ow) * p.Co + g * cog : zeros.data();
+            }
+            if (!any) continue;
+            const T* w = wt.data() + ((g * nb + b) * khw + kh * p.KW + kw) * cog * BW;
+            for (i64 ol = 0; ol < cog; ++ol) {
+              R fv[NV];
+              for (int j = 0; j < NV; ++j) fv[j] = V::load(w + ol * BW + j * L);
+              for (int q = 0; q < P; ++q) {
+                const R dv = V::bcast(dp[q][ol]);
+                for (int j = 0; j < NV; ++j) acc[q][j] = V::fma(dv, fv[j], acc[q][j]);
+              }
+            }
+          }
+        }
+        for (int q = 0; q < P && iw0 + q < p.W; ++q)
+          for (int j = 0; j < NV; ++j) {
+            const i64 i0 = b * BW + j * L;
+            put_lanes(dx, acc[q][j], xs.at(n, ih, iw0 + q, g * p.Cg + i0), xs.c, p.Cg - i0);
+          }
+      }
+    });
+  }
+
+  // Depthwise-like (Cg == 1): lanes over input channels c (= groups); lane c
+  // folds over its group's output channels c*cog + m, m ascending.
+  template <int P>
+  static void dgrad_dw(const ConvProblem& p, const T* dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
+    const i64 cog = p.Cog(), nb = ceil_div(p.C, BW), cp = nb * BW, khw = p.KH * p.KW;
+    // wt[kh][kw][m][c] = f[kh, kw, 0, c*cog + m]
+    std::vector<T> wt(khw * cog * cp + kPad, T(0));
+    for (i64 t = 0; t < khw; ++t)
+      for (i64 m = 0; m < cog; ++m)
+        for (i64 c = 0; c < p.C; ++c) wt[(t * cog + m) * cp + c] = f[t * p.Co + c * cog + m];
+    const i64 iwb = ceil_div(p.W, P), units = p.N * p.H * nb * iwb;
+    const Strides4 xs = dx.s;
+    ex.parallel_for(units, khw * cog * BW * P, [&](i64 u0, i64 u1) {
+      FpEnvGuard guard;
+      alignas(64) T tmp[L];
+      for (i64 u = u0; u < u1; ++u) {
+        i64 rem = u;
+        const i64 wb = rem % iwb; rem /= iwb;
+        const i64 b = rem % nb; rem /= nb;
+        const i64 ih = rem % p.H, n = rem / p.H;
+        const i64 iw0 = wb * P, c0 = b * BW;
+        R acc[P][NV];
+        for (int q = 0; q < P; ++q)
+          for (int j = 0; j < NV; ++j) acc[q][j] = V::zero();
+        for (i64 kh = 0; kh < p.KH; ++kh) {
+          const i64 oh = dgrad_out_row(p, ih, kh);
+          if (oh < 0) continue;
+          for (i64 kw = 0; kw < p.KW; ++kw) {
+            const T* dp[P];
+            bool any = false;
+            for (int q = 0; q < P; ++q) {
+              const i64 ow = iw0 + q < p.W ? dgrad_out_col(p, iw0 + q, kw) : -1;
+              any |= ow >= 0;
+              dp[q] = ow >= 0 ? dy + ((n * p.OH + oh) * p.OW + ow) * p.Co : nullptr;
+            }
+            if (!any) continue;
+            for (i64 m = 0; m < cog; ++m) {
+              for (int j = 0; j < NV; ++j) {
+                const R fv = V::load(wt.data() + ((kh * p.KW + kw) * cog + m) * cp + c0 + j * L);
+                for (int q = 0; q < P; ++q) {
+                  R dv;
+                  if (!dp[q]) {
+                    dv = V::zero();  // finite filters only (see dgrad_dense)
+                  } else if (cog == 1) {
+                    dv = V::load(dp[q] + c0 + j * L);
+                  } else {
+                    for (int l = 0; l < L; ++l) {
+                      const i64 c = c0 + j * L + l;
+                      tmp[l] = c < p.C ? dp[q][c * cog + m] : T(0);
+                    }
+                    dv = V::load(tmp);
+                  }
+                  acc[q][j] = V::fma(dv, fv, acc[q][j]);
+                }
+              }
+            }
+          }
+        }
+        for (int q = 0; q < P && iw0 + q < p.W; ++q)
+          for (int j = 0; j < NV; ++j)
+            put_lanes(dx, acc[q][j], xs.at(n, ih, iw0 + q, c0 + j * L), xs.c, p.C - (c0 + j * L));
+      }
+    });
+  }
+
+  static void dgrad(const ConvProblem& p, const T* dy, const T* f, bool finite, const OutSpec& dx,
+                    const CpuExecutor& ex) {
+    if (p.Cg == 1) {
+      if (finite) dgrad_dw<PW>(p, dy, f, dx, ex);
+      else dgrad_dw<1>(p, dy, f, dx, ex);
+    } else {
+      if (finite) dgrad_dense<PW>(p, dy, f, dx, ex);
+      else dgrad_dense<1>(p, dy, f, dx, ex);
+    }
+  }
+
+  // ====================================================== Wgrad / Bgrad
+  // Walks r = (n*OH + oh)*OW + ow upward without divisions.
+  struct RCursor {
+    i64 n, oh, ow;
+    RCursor(const ConvProblem& p, i64 r) { split_r(p, r, n, oh, ow); }
+    void next(const ConvProblem& p) {
+      if (++ow == p.OW) { ow = 0; if (++oh == p.OH) { oh = 0; ++n; } }
+    }
+  };
+
+  // Adds the P chunk parts of every element in chunk order and rounds once.
+  static void combine(const Chunks& ch, i64 F, const T* parts, const OutSpec& out, const CpuExecutor& ex) {
+    const i64 units = ceil_div(F, L);
+    ex.parallel_for(units, ch.P * L, [&](i64 u0, i64 u1) {
+      FpEnvGuard guard;
+      for (i64 u = u0; u < u1; ++u) {
+        const i64 e0 = u * L;
+        R s = V::load(parts + e0);  // parts is padded by kPad
+        for (i64 k = 1; k < ch.P; ++k) s = V::add(s, V::load(parts + k * F + e0));
+        put_lanes(out, s, e0, 1, F - e0);
+      }
+    });
+  }
+
+  // Dense: lanes over BW output channels of one group, P consecutive i of one
+  // (kh, kw) tap in registers; the fold runs over r inside one chunk.
+  static void wgrad_dense(const ConvProblem& p, const Chunks& ch, const T* x, const T* dy, T* parts,
+                          const CpuExecutor& ex) {
+    constexpr int P = PW;
+    const i64 cog = p.Cog(), nb = ceil_div(cog, BW), ib = ceil_div(p.Cg, P), F = p.filter_elems();
+    const std::vector<T> zeros(P + kPad, T(0));
+    const i64 units = ch.P * p.G * nb * p.KH * p.KW * ib;
+    ex.parallel_for(units, ch.L * P * BW, [&](i64 u0, i64 u1) {
+      FpEnvGuard guard;
+      alignas(64) T tmp[L];
+      for (i64 u = u0; u < u1; ++u) {
+        i64 rem = u;
+        const i64 bi = rem % ib; rem /= ib;
+        const i64 kw = rem % p.KW; rem /= p.KW;
+        const i64 kh = rem % p.KH; rem /= p.KH;
+        const i64 b = rem % nb; rem /= nb;
+        const i64 g = rem % p.G, k = rem / p.G;
+        const i64 i0 = bi * P, o0 = g * cog + b * BW;
+        R acc[P][NV];
+        for (int t = 0; t < P; ++t)
+          for (int j = 0; j < NV; ++j) acc[t][j] = V::zero();
+        RCursor rc(p, ch.begin(k));
+        for (i64 r = ch.begin(k); r < ch.end(k); ++r, rc.next(p)) {
+          const i64 ih = fprop_in_row(p, rc.oh, kh), iw = fprop_in_col(p, rc.ow, kw);
+          // +0 in padding, exactly as the forward pass.
+          const T* xp = (ih >= 0 && ih < p.H && iw >= 0 && iw < p.W)
+                            ? x + ((rc.n * p.H + ih) * p.W + iw) * p.C + g * p.Cg + i0
+                            : zeros.data();
+          R dv[NV];
+          for (int j = 0; j < NV; ++j) dv[j] = V::load(dy + r * p.Co + o0 + j * L);
+          for (int t = 0; t < P; ++t) {
+            const R xv = V::bcast(xp[t]);
+            for (int j = 0; j < NV; ++j) acc[t][j] = V::fma(xv, dv[j], acc[t][j]);
+          }
+        }
+        for (int t = 0; t < P && i0 + t < p.Cg; ++t)
+          for (int j = 0; j < NV; ++j) {
+            V::store(tmp, acc[t][j]);
+            const i64 ol0 = b * BW + j * L;
+            T* dst = parts + k * F + ((kh * p.KW + kw) * p.Cg + i0 + t) * p.Co + g * cog + ol0;
+            for (i64 l = 0; l < L && ol0 + l < cog; ++l) dst[l] = tmp[l];
+          }
+      }
+    });
+  }
+
+  // Depthwise-like (Cg == 1): lanes over all output channels, P taps (kw) of one row.
+  static void wgrad_dw(const ConvProblem& p, const Chunks& ch, const T* x, const T* dy, T* parts,
+                       const CpuExecutor& ex) {
+    constexpr int P = PW;
+    const i64 cog = p.Cog(), nb = ceil_div(p.Co, BW), kb = ceil_div(p.KW, P), F = p.filter_elems();
+    const i64 units = ch.P * nb * p.KH * kb;
+    ex.parallel_for(units, ch.L * P * BW, [&](i64 u0, i64 u1) {
+      FpEnvGuard guard;
+      alignas(64) T tmp[L];
+      for (i64 u = u0; u < u1; ++u) {
+        i64 rem = u;
+        const i64 bk = rem % kb; rem /= kb;
+        const i64 kh = rem % p.KH; rem /= p.KH;
+        const i64 b = rem % nb, k = rem / nb;
+        const i64 kw0 = bk * P, o0 = b * BW;
+        R acc[P][NV];
+        for (int t = 0; t < P; ++t)
+          for (int j = 0; j < NV; ++j) acc[t][j] = V::zero();
+        RCursor rc(p, ch.begin(k));
+        for (i64 r = ch.begin(k); r < ch.end(k); ++r, rc.next(p)) {
+          const i64 ih = fprop_in_row(p, rc.oh, kh);
+          const bool row_in = ih >= 0 && ih < p.H;
+          R dv[NV];
+          for (int j = 0; j < NV; ++j) dv[j] = V::load(dy + r * p.Co + o0 + j * L);
+          for (int t = 0; t < P; ++t) {
+            const i64 iw = fprop_in_col(p, rc.ow, kw0 + t);
+            const bool in = row_in && iw >= 0 && iw < p.W && kw0 + t < p.KW;
+            const T* px = in ? x + ((rc.n * p.H + ih) * p.W + iw) * p.C : nullptr;
+            for (int j = 0; j < NV; ++j) {
+              const R xv = in ? x_lanes_dw(px, o0 + j * L, cog, p.Co) : V::zero();
+              acc[t][j] = V::fma(xv, dv[j], acc[t][j]);
+            }
+          }
+        }
+        for (int t = 0; t < P && kw0 + t < p.KW; ++t)
+          for (int j = 0; j < NV; ++j) {
+            V::store(tmp, acc[t][j]);
+            T* dst = parts + k * F + (kh * p.KW + kw0 + t) * p.Co + o0 + j * L;
+            for (i64 l = 0; l < L && o0 + j * L + l < p.Co; ++l) dst[l] = tmp[l];
+          }
+      }
+    });
+  }
+
+  static void wgrad(const ConvProblem& p, const T* x, const T* dy, const OutSpec& dw, const CpuExecutor& ex) {
+    const i64 F = p.filter_elems();
+    const Chunks ch = reduction_chunks(p.R(), F);
+    if (ch.P == 0) {  // no outputs: dw = +0
+      ex.parallel_for(F, 1, [&](i64 e0, i64 e1) { for (i64 e = e0; e < e1; ++e) dw.put(e, T(0)); });
+      return;
+    }
+    std::vector<T> parts(ch.P * F + kPad, T(0));
+    if (p.Cg == 1 && p.Cog() < L) wgrad_dw(p, ch, x, dy, parts.data(), ex);
+    else wgrad_dense(p, ch, x, dy, parts.data(), ex);
+    combine(ch, F, parts.data(), dw, ex);
+  }
+
+  static void bgrad(const ConvProblem& p, const T* dy, const OutSpec& db, const CpuExecutor& ex) {
+    const i64 F = p.Co;
+    const Chunks ch = reduction_chunks(p.R(), F);
+    if (ch.P == 0) {
+      for (i64 o = 0; o < F; ++o) db.put(o, T(0));
+      return;
+    }
+    std::vector<T> parts(ch.P * F + kPad, T(0));
+    const i64 nb = ceil_div(F, L);
+    ex.parallel_for(ch.P * nb, ch.L * L, [&](i64 u0, i64 u1) {
+      FpEnvGuard guard;
+      alignas(64) T tmp[L];
+      for (i64 u = u0; u < u1; ++u) {
+        const i64 b = u % nb, k = u / nb, o0 = b * L;
+        R s = V::zero();
+        for (i64 r = ch.begin(k); r < ch.end(k); ++r) s = V::add(s, V::load(dy + r * F + o0));
+        V::store(tmp, s);
+        for (i64 l = 0; l < L && o0 + l < F; ++l) parts[k * F + o0 + l] = tmp[l];
+      }
+    });
+    combine(ch, F, parts.data(), db, ex);
+  }
+
+  static IsaKernels<T> table() { return IsaKernels<T>{&fprop, &dgrad, &wgrad, &bgrad}; }
+};
+
+inline IsaTable make_table() {
+  IsaTable t;
+  t.f32 = Kernels<VF>::table();
+  t.f64 = Kernels<VD>::table();
+  t.h16 = Kernels<VH>::table();
+  return t;
+}

@@ -1,0 +1,57 @@
+// AVX2 + FMA + F16C vectors. Included inside namespace detconv::cpu::avx2,
+// under #pragma GCC target("avx2,fma,f16c").
+
+struct VF {
+  using T = float;
+  using R = __m256;
+  static constexpr int L = 8, kPW = 4, kNV = 2;  // 8 accumulators of 16 registers
+  static R zero() { return _mm256_setzero_ps(); }
+  static R load(const T* p) { return _mm256_loadu_ps(p); }
+  static void store(T* p, R a) { _mm256_storeu_ps(p, a); }
+  static R bcast(T s) { return _mm256_set1_ps(s); }
+  static R fma(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }
+  static R add(R a, R b) { return _mm256_add_ps(a, b); }
+};
+
+struct VD {
+  using T = double;
+  using R = __m256d;
+  static constexpr int L = 4, kPW = 4, kNV = 2;
+  static R zero() { return _mm256_setzero_pd(); }
+  static R load(const T* p) { return _mm256_loadu_pd(p); }
+  static void store(T* p, R a) { _mm256_storeu_pd(p, a); }
+  static R bcast(T s) { return _mm256_set1_pd(s); }
+  static R fma(R a, R b, R c) { return _mm256_fmadd_pd(a, b, c); }
+  static R add(R a, R b) { return _mm256_add_pd(a, b); }
+};
+
+// Exact binary16 arithmetic in float lanes: TwoSum, round to odd at 24 bits,
+// then round to nearest binary16 with F16C (see numerics.h for why).
+struct VH {
+  using T = float;
+  using R = __m256;
+  static constexpr int L = 8, kPW = 2, kNV = 1;
+  static R zero() { return _mm256_setzero_ps(); }
+  static R load(const T* p) { return _mm256_loadu_ps(p); }
+  static void store(T* p, R a) { _mm256_storeu_ps(p, a); }
+  static R bcast(T s) { return _mm256_set1_ps(s); }
+  static R ro_sum(R x, R y) {
+    const R t = _mm256_add_ps(x, y);
+    const R bb = _mm256_sub_ps(t, x);
+    const R e = _mm256_add_ps(_mm256_sub_ps(x, _mm256_sub_ps(t, bb)), _mm256_sub_ps(y, bb));
+    const __m256i tu = _mm256_castps_si256(t);
+    const __m256i one = _mm256_set1_epi32(1);
+    const __m256i even = _mm256_cmpeq_epi32(_mm256_and_si256(tu, one), _mm256_setzero_si256());
+    const __m256i expo = _mm256_set1_epi32(0x7F800000);
+    const __m256i finite = _mm256_xor_si256(_mm256_cmpeq_epi32(_mm256_and_si256(tu, expo), expo), _mm256_set1_epi32(-1));
+    const __m256i inexact = _mm256_castps_si256(_mm256_cmp_ps(e, _mm256_setzero_ps(), _CMP_NEQ_OQ));
+    const __m256i adjust = _mm256_and_si256(_mm256_and_si256(even, finite), inexact);
+    // e and t of the same sign: the odd neighbour is further from zero (+1), else nearer (-1).
+    const __m256i same = _mm256_srai_epi32(_mm256_xor_si256(tu, _mm256_castps_si256(e)), 31);  // -1 if signs differ
+    const __m256i step = _mm256_or_si256(_mm256_andnot_si256(same, one), same);                   // +1 or -1
+    return _mm256_castsi256_ps(_mm256_add_epi32(tu, _mm256_and_si256(adjust, step)));
+  }
+  static R half_round(R a) { return _mm256_cvtph_ps(_mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
+  static R fma(R a, R b, R c) { return half_round(ro_sum(_mm256_mul_ps(a, b), c)); }
+  static R add(R a, R b) { return half_round(ro_sum(a, b)); }
+};

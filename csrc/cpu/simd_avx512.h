@@ -1,0 +1,55 @@
+// AVX-512F vectors. Included inside namespace detconv::cpu::avx512, under
+// #pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c").
+
+struct VF {
+  using T = float;
+  using R = __m512;
+  static constexpr int L = 16, kPW = 6, kNV = 2;  // 12 accumulators of 32 registers
+  static R zero() { return _mm512_setzero_ps(); }
+  static R load(const T* p) { return _mm512_loadu_ps(p); }
+  static void store(T* p, R a) { _mm512_storeu_ps(p, a); }
+  static R bcast(T s) { return _mm512_set1_ps(s); }
+  static R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
+  static R add(R a, R b) { return _mm512_add_ps(a, b); }
+};
+
+struct VD {
+  using T = double;
+  using R = __m512d;
+  static constexpr int L = 8, kPW = 6, kNV = 2;
+  static R zero() { return _mm512_setzero_pd(); }
+  static R load(const T* p) { return _mm512_loadu_pd(p); }
+  static void store(T* p, R a) { _mm512_storeu_pd(p, a); }
+  static R bcast(T s) { return _mm512_set1_pd(s); }
+  static R fma(R a, R b, R c) { return _mm512_fmadd_pd(a, b, c); }
+  static R add(R a, R b) { return _mm512_add_pd(a, b); }
+};
+
+// Exact binary16 arithmetic in float lanes (see simd_avx2.h / numerics.h).
+struct VH {
+  using T = float;
+  using R = __m512;
+  static constexpr int L = 16, kPW = 2, kNV = 1;
+  static R zero() { return _mm512_setzero_ps(); }
+  static R load(const T* p) { return _mm512_loadu_ps(p); }
+  static void store(T* p, R a) { _mm512_storeu_ps(p, a); }
+  static R bcast(T s) { return _mm512_set1_ps(s); }
+  static R ro_sum(R x, R y) {
+    const R t = _mm512_add_ps(x, y);
+    const R bb = _mm512_sub_ps(t, x);
+    const R e = _mm512_add_ps(_mm512_sub_ps(x, _mm512_sub_ps(t, bb)), _mm512_sub_ps(y, bb));
+    const __m512i tu = _mm512_castps_si512(t);
+    const __m512i one = _mm512_set1_epi32(1);
+    const __m512i expo = _mm512_set1_epi32(0x7F800000);
+    const __mmask16 even = _mm512_testn_epi32_mask(tu, one);
+    const __mmask16 finite = _mm512_cmpneq_epi32_mask(_mm512_and_si512(tu, expo), expo);
+    const __mmask16 inexact = _mm512_cmp_ps_mask(e, _mm512_setzero_ps(), _CMP_NEQ_OQ);
+    const __mmask16 adjust = even & finite & inexact;
+    const __m512i same = _mm512_srai_epi32(_mm512_xor_si512(tu, _mm512_castps_si512(e)), 31);
+    const __m512i step = _mm512_or_si512(_mm512_andnot_si512(same, one), same);
+    return _mm512_castsi512_ps(_mm512_mask_add_epi32(tu, adjust, tu, step));
+  }
+  static R half_round(R a) { return _mm512_cvtph_ps(_mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
+  static R fma(R a, R b, R c) { return half_round(ro_sum(_mm512_mul_ps(a, b), c)); }
+  static R add(R a, R b) { return half_round(ro_sum(a, b)); }
+};

@@ -1,0 +1,31 @@
+// Portable "vectors": fixed-size arrays folded lane by lane with std::fma.
+// Included inside namespace detconv::cpu::scalar.
+#include <cmath>
+
+template <class T_, int L_>
+struct Lanes { T_ v[L_]; };
+
+template <class T_, int L_, int PW_, int NV_>
+struct ScalarVecBase {
+  using T = T_;
+  using R = Lanes<T_, L_>;
+  static constexpr int L = L_, kPW = PW_, kNV = NV_;
+  static R zero() { R r; for (int l = 0; l < L; ++l) r.v[l] = T(0); return r; }
+  static R load(const T* p) { R r; std::memcpy(r.v, p, sizeof(r.v)); return r; }
+  static void store(T* p, const R& a) { std::memcpy(p, a.v, sizeof(a.v)); }
+  static R bcast(T s) { R r; for (int l = 0; l < L; ++l) r.v[l] = s; return r; }
+};
+
+struct VF : ScalarVecBase<float, 8, 4, 1> {
+  static R fma(const R& a, const R& b, const R& c) { R r; for (int l = 0; l < L; ++l) r.v[l] = std::fma(a.v[l], b.v[l], c.v[l]); return r; }
+  static R add(const R& a, const R& b) { R r; for (int l = 0; l < L; ++l) r.v[l] = a.v[l] + b.v[l]; return r; }
+};
+struct VD : ScalarVecBase<double, 4, 4, 1> {
+  static R fma(const R& a, const R& b, const R& c) { R r; for (int l = 0; l < L; ++l) r.v[l] = std::fma(a.v[l], b.v[l], c.v[l]); return r; }
+  static R add(const R& a, const R& b) { R r; for (int l = 0; l < L; ++l) r.v[l] = a.v[l] + b.v[l]; return r; }
+};
+// Native binary16 accumulation: exact binary16 fma/add (numerics.h).
+struct VH : ScalarVecBase<float, 8, 2, 1> {
+  static R fma(const R& a, const R& b, const R& c) { R r; for (int l = 0; l < L; ++l) r.v[l] = fma_h16(a.v[l], b.v[l], c.v[l]); return r; }
+  static R add(const R& a, const R& b) { R r; for (int l = 0; l < L; ++l) r.v[l] = add_h16(a.v[l], b.v[l]); return r; }
+};

@@ -1,0 +1,142 @@
+// THE summation order (CONTRACT.md, order version 1), written once.
+//
+// Every implementation - the host SIMD kernels, the CUDA kernels and (in
+// Python) detconv/reference.py - folds each output exactly as the loop nests
+// below do. Kernels may choose which outputs (or dw chunks) they compute
+// together and how they are laid out in registers; they never reorder, split
+// or reassociate one output's fold. The SIMD kernels keep these nests and
+// put different outputs in different vector lanes.
+#pragma once
+#include "detconv/problem.h"
+
+namespace detconv {
+
+constexpr int kOrderVersion = 1;
+
+// ---------------------------------------------------------------- index math
+// Input row/column that filter tap k meets for output row/column `out`.
+DC_HD i64 fprop_in_row(const ConvProblem& p, i64 oh, i64 kh) { return oh * p.sh + kh * p.dh - p.pt; }
+DC_HD i64 fprop_in_col(const ConvProblem& p, i64 ow, i64 kw) { return ow * p.sw + kw * p.dw - p.pl; }
+
+// dgrad: output row that input row ih reaches through tap kh, or -1 if none.
+DC_HD i64 dgrad_out_row(const ConvProblem& p, i64 ih, i64 kh) {
+  const i64 t = ih + p.pt - kh * p.dh;
+  if (t < 0 || t % p.sh != 0 || t / p.sh >= p.OH) return -1;
+  return t / p.sh;
+}
+DC_HD i64 dgrad_out_col(const ConvProblem& p, i64 iw, i64 kw) {
+  const i64 t = iw + p.pl - kw * p.dw;
+  if (t < 0 || t % p.sw != 0 || t / p.sw >= p.OW) return -1;
+  return t / p.sw;
+}
+
+// ------------------------------------------------------------ forward fold
+// y[n,oh,ow,o] = round(add(fold_{kh,kw,i} fma(x, f, acc), bias)).
+// x_at(n, ih, iw, c) and f_at(kh, kw, i, o) return accumulator-typed values;
+// fma(a, b, c) is the accumulator's IEEE fused multiply-add.
+template <class Acc, class XAt, class FAt, class Fma>
+DC_HD Acc fprop_fold(const ConvProblem& p, i64 n, i64 oh, i64 ow, i64 o, XAt x_at, FAt f_at, Fma fma) {
+  const i64 c0 = p.group_of(o) * p.Cg;
+  Acc acc = Acc(0);
+  for (i64 kh = 0; kh < p.KH; ++kh) {
+    const i64 ih = fprop_in_row(p, oh, kh);
+    for (i64 kw = 0; kw < p.KW; ++kw) {
+      const i64 iw = fprop_in_col(p, ow, kw);
+      const bool inside = ih >= 0 && ih < p.H && iw >= 0 && iw < p.W;
+      for (i64 i = 0; i < p.Cg; ++i) {
+        const Acc v = inside ? x_at(n, ih, iw, c0 + i) : Acc(0);  // padded taps: fma with +0
+        acc = fma(v, f_at(kh, kw, i, o), acc);
+      }
+    }
+  }
+  return acc;
+}
+
+// ----------------------------------------------------- input-gradient fold
+// dx[n,ih,iw,c] = round(fold_{kh,kw,o in group(c) ascending} fma(dy, f, acc)).
+// Taps that reach no output are skipped, not multiplied by zero.
+template <class Acc, class DyAt, class FAt, class Fma>
+DC_HD Acc dgrad_fold(const ConvProblem& p, i64 n, i64 ih, i64 iw, i64 c, DyAt dy_at, FAt f_at, Fma fma) {
+  const i64 g = c / p.Cg, i = c % p.Cg, cog = p.Cog();
+  Acc acc = Acc(0);
+  for (i64 kh = 0; kh < p.KH; ++kh) {
+    const i64 oh = dgrad_out_row(p, ih, kh);
+    if (oh < 0) continue;
+    for (i64 kw = 0; kw < p.KW; ++kw) {
+      const i64 ow = dgrad_out_col(p, iw, kw);
+      if (ow < 0) continue;
+      for (i64 o = g * cog; o < (g + 1) * cog; ++o) acc = fma(dy_at(n, oh, ow, o), f_at(kh, kw, i, o), acc);
+    }
+  }
+  return acc;
+}
+
+// ------------------------------------------------ filter/bias-gradient chunks
+// The reduction over r = (n*OH + oh)*OW + ow is cut into P chunks of length L
+// that depend on the shape alone: part[p] folds its chunk in ascending r, then
+// s = part[0] + part[1] + ... in chunk order. F = KH*KW*Cg*Co for dw, Co for db.
+struct Chunks {
+  i64 R, L, P;
+  DC_HD i64 begin(i64 chunk) const { return chunk * L; }
+  DC_HD i64 end(i64 chunk) const { return (chunk + 1) * L < R ? (chunk + 1) * L : R; }
+};
+
+DC_HD Chunks reduction_chunks(i64 R, i64 F) {
+  Chunks c;
+  c.R = R;
+  if (R <= 0) { c.L = 0; c.P = 0; return c; }  // dw = +0 everywhere
+  const i64 a = ((i64(1) << 22) + F - 1) / F, b = (R + 63) / 64;
+  i64 p0 = a < b ? a : b;
+  if (p0 < 1) p0 = 1;
+  c.L = (R + p0 - 1) / p0;
+  c.P = (R + c.L - 1) / c.L;
+  return c;
+}
+
+// Decodes r into (n, oh, ow).
+DC_HD void split_r(const ConvProblem& p, i64 r, i64& n, i64& oh, i64& ow) {
+  ow = r % p.OW;
+  const i64 t = r / p.OW;
+  oh = t % p.OH;
+  n = t / p.OH;
+}
+
+// One dw chunk: part = fold_{r in chunk, ascending} fma(x tap value (+0 in padding), dy[r, o], part).
+template <class Acc, class XAt, class DyAt, class Fma>
+DC_HD Acc wgrad_chunk_fold(const ConvProblem& p, const Chunks& ch, i64 chunk, i64 kh, i64 kw, i64 i, i64 o,
+                           XAt x_at, DyAt dy_at, Fma fma) {
+  const i64 c = p.group_of(o) * p.Cg + i;
+  Acc part = Acc(0);
+  for (i64 r = ch.begin(chunk); r < ch.end(chunk); ++r) {
+    i64 n, oh, ow;
+    split_r(p, r, n, oh, ow);
+    const i64 ih = fprop_in_row(p, oh, kh), iw = fprop_in_col(p, ow, kw);
+    const bool inside = ih >= 0 && ih < p.H && iw >= 0 && iw < p.W;
+    const Acc v = inside ? x_at(n, ih, iw, c) : Acc(0);
+    part = fma(v, dy_at(n, oh, ow, o), part);
+  }
+  return part;
+}
+
+// One db chunk: part = fold_{r in chunk, ascending} add(part, dy[r, o]).
+template <class Acc, class DyAt, class Add>
+DC_HD Acc bgrad_chunk_fold(const ConvProblem& p, const Chunks& ch, i64 chunk, i64 o, DyAt dy_at, Add add) {
+  Acc part = Acc(0);
+  for (i64 r = ch.begin(chunk); r < ch.end(chunk); ++r) {
+    i64 n, oh, ow;
+    split_r(p, r, n, oh, ow);
+    part = add(part, dy_at(n, oh, ow, o));
+  }
+  return part;
+}
+
+// Chunk parts are combined in chunk order: s = part[0]; s = add(s, part[k]) for k = 1..P-1.
+template <class Acc, class PartAt, class Add>
+DC_HD Acc combine_parts(const Chunks& ch, PartAt part_at, Add add) {
+  if (ch.P == 0) return Acc(0);
+  Acc s = part_at(0);
+  for (i64 k = 1; k < ch.P; ++k) s = add(s, part_at(k));
+  return s;
+}
+
+}  // namespace detconv

@@ -1,0 +1,54 @@
+// CPU registration: the kernels run on TensorFlow's intra-op thread pool,
+// partitioned over outputs (or dw chunks) only.
+#define EIGEN_USE_THREADS
+#include "tf/kernel_common.h"
+
+#include "tensorflow/core/framework/op_kernel.h"
+#include "unsupported/Eigen/CXX11/Tensor"
+
+namespace detconv_tf {
+
+using CPUDevice = Eigen::ThreadPoolDevice;
+
+namespace {
+class TfPoolExecutor : public detconv::CpuExecutor {
+ public:
+  explicit TfPoolExecutor(OpKernelContext* ctx) : workers_(ctx->device()->tensorflow_cpu_worker_threads()) {}
+  void parallel_for(i64 units, i64 cost, const std::function<void(i64, i64)>& fn) const override {
+    if (units <= 0) return;
+    workers_->workers->ParallelFor(units, cost, [&fn](int64_t b, int64_t e) { fn(b, e); });
+  }
+
+ private:
+  const ::tensorflow::DeviceBase::CpuWorkerThreads* workers_;
+};
+}  // namespace
+
+template <>
+absl::Status Runner<CPUDevice>::fprop(OpKernelContext* ctx, const ConvProblem& p, const void* x, const void* f,
+                                      const void* b, void* y) {
+  detconv::fprop_cpu(p, x, f, b, y, TfPoolExecutor(ctx));
+  return absl::OkStatus();
+}
+template <>
+absl::Status Runner<CPUDevice>::dgrad(OpKernelContext* ctx, const ConvProblem& p, const void* dy, const void* f, void* dx) {
+  detconv::dgrad_cpu(p, dy, f, dx, TfPoolExecutor(ctx));
+  return absl::OkStatus();
+}
+template <>
+absl::Status Runner<CPUDevice>::wgrad(OpKernelContext* ctx, const ConvProblem& p, const void* x, const void* dy, void* dw) {
+  detconv::wgrad_cpu(p, x, dy, dw, TfPoolExecutor(ctx));
+  return absl::OkStatus();
+}
+template <>
+absl::Status Runner<CPUDevice>::bgrad(OpKernelContext* ctx, const ConvProblem& p, const void* dy, void* db) {
+  detconv::bgrad_cpu(p, dy, db, TfPoolExecutor(ctx));
+  return absl::OkStatus();
+}
+
+DETCONV_REGISTER_KERNELS(::tensorflow::DEVICE_CPU, CPUDevice, float);
+DETCONV_REGISTER_KERNELS(::tensorflow::DEVICE_CPU, CPUDevice, double);
+DETCONV_REGISTER_KERNELS(::tensorflow::DEVICE_CPU, CPUDevice, Eigen::half);
+DETCONV_REGISTER_KERNELS(::tensorflow::DEVICE_CPU, CPUDevice, Eigen::bfloat16);
+
+}  // namespace detconv_tf

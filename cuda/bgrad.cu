@@ -1,0 +1,25 @@
+// bgrad_gpu: db = sum of dy over (n, oh, ow) (kernels.h): chunk parts, then
+// combined in chunk order (reduce_tiled.cuh).
+#include "common.cuh"
+#include "reduce_tiled.cuh"
+
+namespace detconv {
+
+bool gpu_built() { return true; }
+
+std::size_t bgrad_gpu_workspace_bytes(const ConvProblem& p) {
+  const Chunks ch = reduction_chunks(p.R(), p.Co);
+  return std::size_t(ch.P) * std::size_t(p.Co) * gpu::accum_bytes(p);
+}
+
+const char* bgrad_gpu(const ConvProblem& p, const void* dy, void* db, void* workspace, void* stream) {
+  if (const char* err = gpu::check_problem(p)) return err;
+  if (db == nullptr) return "detconv bgrad_gpu: bias gradient is null";
+  if (p.R() > 0 && dy == nullptr) return "detconv bgrad_gpu: output gradient is null";
+  return gpu::dispatch_num(p, [&](auto num) {
+    using Num = decltype(num);
+    return gpu::launch_bgrad<Num>(p, dy, db, workspace, static_cast<cudaStream_t>(stream), "bgrad_gpu");
+  });
+}
+
+}  // namespace detconv

@@ -1,0 +1,18 @@
+// dgrad_gpu: dx = conv2d_backprop_input(dy, f) (kernels.h), tiled kernel in conv_tiled.cuh.
+#include "common.cuh"
+#include "conv_tiled.cuh"
+
+namespace detconv {
+
+const char* dgrad_gpu(const ConvProblem& p, const void* dy, const void* f, void* dx, void* stream) {
+  if (const char* err = gpu::check_problem(p)) return err;
+  if (p.x_elems() == 0) return nullptr;
+  if (dy == nullptr && p.y_elems() > 0) return "detconv dgrad_gpu: output gradient is null";
+  if (f == nullptr || dx == nullptr) return "detconv dgrad_gpu: filters or input gradient is null";
+  return gpu::dispatch_num(p, [&](auto num) {
+    using Num = decltype(num);
+    return gpu::launch_conv_any<Num, true>(p, dy, f, nullptr, dx, static_cast<cudaStream_t>(stream), "dgrad_gpu");
+  });
+}
+
+}  // namespace detconv

@@ -1,0 +1,18 @@
+// fprop_gpu: y = conv2d(x, f) [+ bias] (kernels.h), tiled kernel in conv_tiled.cuh.
+#include "common.cuh"
+#include "conv_tiled.cuh"
+
+namespace detconv {
+
+const char* fprop_gpu(const ConvProblem& p, const void* x, const void* f, const void* bias, void* y, void* stream) {
+  if (const char* err = gpu::check_problem(p)) return err;
+  if (p.y_elems() == 0) return nullptr;
+  if (x == nullptr && p.x_elems() > 0) return "detconv fprop_gpu: input is null";
+  if (f == nullptr || y == nullptr) return "detconv fprop_gpu: filters or output is null";
+  return gpu::dispatch_num(p, [&](auto num) {
+    using Num = decltype(num);
+    return gpu::launch_conv_any<Num, false>(p, x, f, bias, y, static_cast<cudaStream_t>(stream), "fprop_gpu");
+  });
+}
+
+}  // namespace detconv

@@ -1,0 +1,333 @@
+"""Deterministic drop-ins for tf.nn convolutions.
+
+Arguments take the same forms as tf.nn; every result follows CONTRACT.md's
+order, so its bits depend only on the input bits and the problem shape.
+"""
+
+import ctypes
+
+import tensorflow as tf
+
+from detconv._loader import load_ops, ops_library_path
+
+_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
+_ISAS = {"auto": -1, "scalar": 0, "avx2": 1, "avx512": 2}
+
+
+# ------------------------------------------------------------------ arguments
+def _int_list(value, name):
+    if isinstance(value, int):
+        return [value]
+    try:
+        out = [int(v) for v in value]
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: expected an int or a list of ints, got {value!r}") from None
+    if any(not float(v).is_integer() for v in value):
+        raise TypeError(f"{name}: expected integers, got {value!r}")
+    return out
+
+
+def _spatial(value, name, data_format, ndims=2, default=1):
+    """Normalizes tf.nn's int / list of 1, N or N+2 forms to N spatial values."""
+    if value is None:
+        return [default] * ndims
+    vals = _int_list(value, name)
+    if len(vals) == 1:
+        vals = vals * ndims
+    elif len(vals) == ndims + 2:
+        channels_last = data_format.endswith("C")
+        batch_ch = (vals[0], vals[-1]) if channels_last else (vals[0], vals[1])
+        if batch_ch != (1, 1):
+            raise ValueError(f"{name}: the batch and channel entries must be 1, got {vals}")
+        vals = vals[1:-1] if channels_last else vals[2:]
+    elif len(vals) != ndims:
+        raise ValueError(f"{name}: expected an int or a list of 1, {ndims} or {ndims + 2} ints, got {vals}")
+    if any(v < 1 for v in vals):
+        raise ValueError(f"{name}: must be >= 1, got {vals}")
+    return vals
+
+
+def _padding(padding, data_format, ndims=2):
+    """Returns (mode, explicit [lo, hi, ...] per spatial axis)."""
+    if isinstance(padding, (str, bytes)):
+        mode = padding.decode() if isinstance(padding, bytes) else padding
+        mode = mode.upper()
+        if mode not in ("SAME", "VALID"):
+            raise ValueError(f"padding: expected 'SAME', 'VALID' or a list of pairs, got {padding!r}")
+        return mode, []
+    try:
+        pairs = [[int(a), int(b)] for a, b in padding]
+    except (TypeError, ValueError):
+        raise ValueError(f"padding: expected 'SAME', 'VALID' or a list of [before, after] pairs, got {padding!r}") from None
+    if len(pairs) == ndims + 2:
+        channels_last = data_format.endswith("C")
+        outer = [pairs[0], pairs[-1]] if channels_last else pairs[:2]
+        if any(p != [0, 0] for p in outer):
+            raise ValueError(f"padding: the batch and channel dimensions cannot be padded, got {pairs}")
+        pairs = pairs[1:-1] if channels_last else pairs[2:]
+    elif len(pairs) != ndims:
+        raise ValueError(f"padding: expected {ndims} or {ndims + 2} [before, after] pairs, got {pairs}")
+    flat = [v for p in pairs for v in p]
+    if any(v < 0 for v in flat):
+        raise ValueError(f"padding: explicit padding must be >= 0, got {pairs}")
+    return "EXPLICIT", flat
+
+
+def _data_format(data_format, allowed, name="data_format"):
+    if data_format is None:
+        return allowed[0]
+    if data_format not in allowed:
+        raise ValueError(f"{name}: expected one of {allowed}, got {data_format!r}")
+    return data_format
+
+
+def _tensors(named):
+    """Converts inputs to tensors of one supported floating dtype."""
+    out = []
+    dtype = None
+    for name, value in named:
+        t = value if isinstance(value, (tf.Tensor, tf.Variable)) else tf.convert_to_tensor(value, dtype_hint=dtype)
+        if t.dtype not in _DTYPES:
+            raise TypeError(f"{name}: dtype {t.dtype.name} is not supported (float16, bfloat16, float32, float64)")
+        if dtype is not None and t.dtype != dtype:
+            raise TypeError(f"{name}: dtype {t.dtype.name} does not match input's {dtype.name}")
+        dtype = t.dtype
+        out.append(t)
+    return out
+
+
+def _accumulation(accumulation, dtype):
+    if accumulation is None:
+        return "default"
+    if accumulation not in ("float32", "float16"):
+        raise ValueError(f"accumulation: expected None, 'float32' or 'float16', got {accumulation!r}")
+    if accumulation == "float16" and dtype != tf.float16:
+        raise ValueError(f"accumulation: 'float16' needs float16 inputs, got {dtype.name}")
+    if accumulation == "float32" and dtype == tf.float64:
+        raise ValueError("accumulation: float64 inputs accumulate in float64; 'float32' is not allowed")
+    return "float16" if accumulation == "float16" else "default"
+
+
+def _check_rank(t, rank, name):
+    if t.shape.rank is not None and t.shape.rank != rank:
+        raise ValueError(f"{name}: must be rank {rank}, got shape {t.shape}")
+
+
+def _attrs(strides, dilations, mode, explicit, data_format, accumulation):
+    return dict(strides=strides, dilations=dilations, padding=mode, explicit_paddings=explicit,
+                data_format=data_format, accumulation=accumulation)
+
+
+# ------------------------------------------------------------------ public API
+def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None, name=None, *, bias=None,
+           accumulation=None):
+    """Deterministic tf.nn.conv2d with an optional fused bias (one add before the single rounding)."""
+    data_format = _data_format(data_format, ("NHWC", "NCHW"))
+    st = _spatial(strides, "strides", data_format)
+    dl = _spatial(dilations, "dilations", data_format)
+    mode, explicit = _padding(padding, data_format)
+    with tf.name_scope(name or "detconv_conv2d"):
+        named = [("input", input), ("filters", filters)] + ([("bias", bias)] if bias is not None else [])
+        ts = _tensors(named)
+        x, f = ts[0], ts[1]
+        _check_rank(x, 4, "input")
+        _check_rank(f, 4, "filters")
+        acc = _accumulation(accumulation, x.dtype)
+        if bias is not None:
+            b = ts[2]
+            _check_rank(b, 1, "bias")
+            if b.shape[0] is not None and f.shape[3] is not None and b.shape[0] != f.shape[3]:
+                raise ValueError(f"bias: must have shape [{f.shape[3]}] (out-channels), got {b.shape}")
+        else:
+            b = tf.zeros([0], dtype=x.dtype)
+        _check_static(x, f, st, dl, mode, data_format)
+        return load_ops().det_conv_conv2d(x, f, b, use_bias=bias is not None,
+                                          **_attrs(st, dl, mode, explicit, data_format, acc))
+
+
+def _check_static(x, f, st, dl, mode, data_format):
+    """Shape errors that can be seen before running, named by argument."""
+    c = x.shape[1] if data_format == "NCHW" else x.shape[3]
+    kh, kw, cg, co = f.shape
+    for dim, label in ((kh, "height"), (kw, "width"), (cg, "in-channels"), (co, "out-channels")):
+        if dim is not None and dim == 0:
+            raise ValueError(f"filters: zero-size filter ({label} is 0)")
+    if c is not None and cg is not None:
+        if c % cg != 0:
+            raise ValueError(f"filters: input channels ({c}) must be a multiple of the filter's in-channels ({cg})")
+        if co is not None and co % (c // cg) != 0:
+            raise ValueError(f"filters: out-channels ({co}) must be divisible by the number of groups ({c // cg})")
+    if mode == "VALID":
+        sizes = (x.shape[2], x.shape[3]) if data_format == "NCHW" else (x.shape[1], x.shape[2])
+        for size, k, d, label in ((sizes[0], kh, dl[0], "height"), (sizes[1], kw, dl[1], "width")):
+            if size is not None and k is not None and (k - 1) * d + 1 > size:
+                raise ValueError(f"filters: the (dilated) filter {label} {(k - 1) * d + 1} is larger than the "
+                                 f"VALID input {label} {size}")
+
+
+def conv2d_backprop_input(input_sizes, filters, out_backprop, strides, padding, data_format="NHWC", dilations=None,
+                          name=None, *, accumulation=None):
+    """Deterministic input gradient (the contract's dx order); input_sizes in data_format order."""
+    data_format = _data_format(data_format, ("NHWC", "NCHW"))
+    st = _spatial(strides, "strides", data_format)
+    dl = _spatial(dilations, "dilations", data_format)
+    mode, explicit = _padding(padding, data_format)
+    with tf.name_scope(name or "detconv_conv2d_backprop_input"):
+        f, dy = _tensors([("filters", filters), ("out_backprop", out_backprop)])
+        _check_rank(f, 4, "filters")
+        _check_rank(dy, 4, "out_backprop")
+        acc = _accumulation(accumulation, f.dtype)
+        sizes = tf.cast(tf.convert_to_tensor(input_sizes), tf.int32)
+        return load_ops().det_conv_conv2d_backprop_input(sizes, f, dy, **_attrs(st, dl, mode, explicit, data_format, acc))
+
+
+def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding, data_format="NHWC", dilations=None,
+                           name=None, *, accumulation=None):
+    """Deterministic filter gradient (shape-only chunks, no atomics); filter_sizes HWIO."""
+    data_format = _data_format(data_format, ("NHWC", "NCHW"))
+    st = _spatial(strides, "strides", data_format)
+    dl = _spatial(dilations, "dilations", data_format)
+    mode, explicit = _padding(padding, data_format)
+    with tf.name_scope(name or "detconv_conv2d_backprop_filter"):
+        x, dy = _tensors([("input", input), ("out_backprop", out_backprop)])
+        _check_rank(x, 4, "input")
+        _check_rank(dy, 4, "out_backprop")
+        acc = _accumulation(accumulation, x.dtype)
+        sizes = tf.cast(tf.convert_to_tensor(filter_sizes), tf.int32)
+        return load_ops().det_conv_conv2d_backprop_filter(x, sizes, dy, **_attrs(st, dl, mode, explicit, data_format, acc))
+
+
+def bias_grad(out_backprop, data_format="NHWC", name=None, *, accumulation=None):
+    """Deterministic bias gradient: dy summed over n, h, w in the contract's chunk order."""
+    data_format = _data_format(data_format, ("NHWC", "NCHW"))
+    with tf.name_scope(name or "detconv_bias_grad"):
+        (dy,) = _tensors([("out_backprop", out_backprop)])
+        _check_rank(dy, 4, "out_backprop")
+        acc = _accumulation(accumulation, dy.dtype)
+        return load_ops().det_conv_bias_grad(dy, data_format=data_format, accumulation=acc)
+
+
+def conv1d(input, filters, stride, padding, data_format="NWC", dilations=None, name=None, *, bias=None,
+           accumulation=None):
+    """Deterministic tf.nn.conv1d: a conv2d over a height-1 image."""
+    data_format = _data_format(data_format, ("NWC", "NCW"))
+    st = _spatial(stride, "stride", data_format, ndims=1)
+    dl = _spatial(dilations, "dilations", data_format, ndims=1)
+    mode, explicit = _padding(padding, data_format, ndims=1)
+    with tf.name_scope(name or "detconv_conv1d"):
+        x, f = _tensors([("input", input), ("filters", filters)])
+        _check_rank(x, 3, "input")
+        _check_rank(f, 3, "filters")
+        df2 = "NHWC" if data_format == "NWC" else "NCHW"
+        x4 = tf.expand_dims(x, 1 if df2 == "NHWC" else 2)
+        pad2 = mode if mode != "EXPLICIT" else [[0, 0], explicit]
+        y = conv2d(x4, tf.expand_dims(f, 0), [1, st[0]], pad2, df2, [1, dl[0]], bias=bias, accumulation=accumulation)
+        return tf.squeeze(y, 1 if df2 == "NHWC" else 2)
+
+
+def depthwise_conv2d(input, filter, strides, padding, data_format=None, dilations=None, name=None, *, bias=None,
+                     accumulation=None):
+    """Deterministic tf.nn.depthwise_conv2d: filter [KH, KW, C, M], output channel c*M + m (groups = C)."""
+    data_format = _data_format(data_format, ("NHWC", "NCHW"))
+    with tf.name_scope(name or "detconv_depthwise_conv2d"):
+        x, f = _tensors([("input", input), ("filter", filter)])
+        _check_rank(x, 4, "input")
+        _check_rank(f, 4, "filter")
+        c = x.shape[1] if data_format == "NCHW" else x.shape[3]
+        if c is not None and f.shape[2] is not None and c != f.shape[2]:
+            raise ValueError(f"filter: in-channels ({f.shape[2]}) must equal the input channels ({c})")
+        kh, kw, cin, m = tf.unstack(tf.shape(f))
+        # [KH, KW, C, M] -> HWIO with Cg = 1 and Co = C*M: output channel c*M + m.
+        f_hwio = tf.reshape(f, tf.stack([kh, kw, 1, cin * m]))
+        if f.shape.is_fully_defined():
+            f_hwio = tf.ensure_shape(f_hwio, [f.shape[0], f.shape[1], 1, f.shape[2] * f.shape[3]])
+        return conv2d(x, f_hwio, strides, padding, data_format, dilations, bias=bias, accumulation=accumulation)
+
+
+def conv2d_transpose(input, filters, output_shape, strides, padding="SAME", data_format="NHWC", dilations=None,
+                     name=None, *, accumulation=None):
+    """Deterministic tf.nn.conv2d_transpose; its result follows the contract's input-gradient order."""
+    with tf.name_scope(name or "detconv_conv2d_transpose"):
+        return conv2d_backprop_input(output_shape, filters, input, strides, padding, data_format, dilations,
+                                     accumulation=accumulation)
+
+
+# ------------------------------------------------------------------ gradients
+def _conv_attrs(op):
+    return {k: op.get_attr(k) for k in ("strides", "dilations", "padding", "explicit_paddings", "data_format")} | {
+        "accumulation": op.get_attr("accumulation").decode() if isinstance(op.get_attr("accumulation"), bytes)
+        else op.get_attr("accumulation")}
+
+
+def _norm(attrs):
+    return {k: (v.decode() if isinstance(v, bytes) else v) for k, v in attrs.items()}
+
+
+@tf.RegisterGradient("DetConv>Conv2D")
+def _conv2d_grad(op, dy):
+    x, f, b = op.inputs
+    a = _norm(_conv_attrs(op))
+    lib = load_ops()
+    dx = lib.det_conv_conv2d_backprop_input(tf.shape(x, out_type=tf.int32), f, dy, **a)
+    df = lib.det_conv_conv2d_backprop_filter(x, tf.shape(f, out_type=tf.int32), dy, **a)
+    if op.get_attr("use_bias"):
+        db = lib.det_conv_bias_grad(dy, data_format=a["data_format"], accumulation=a["accumulation"])
+    else:
+        db = tf.zeros_like(b)
+    return dx, df, db
+
+
+@tf.RegisterGradient("DetConv>Conv2DBackpropInput")
+def _conv2d_backprop_input_grad(op, ddx):
+    _, f, dy = op.inputs
+    a = _norm(_conv_attrs(op))
+    lib = load_ops()
+    d_dy = lib.det_conv_conv2d(ddx, f, tf.zeros([0], ddx.dtype), use_bias=False, **a)
+    d_f = lib.det_conv_conv2d_backprop_filter(ddx, tf.shape(f, out_type=tf.int32), dy, **a)
+    return None, d_f, d_dy
+
+
+@tf.RegisterGradient("DetConv>Conv2DBackpropFilter")
+def _conv2d_backprop_filter_grad(op, ddf):
+    x, _, dy = op.inputs
+    a = _norm(_conv_attrs(op))
+    lib = load_ops()
+    d_x = lib.det_conv_conv2d_backprop_input(tf.shape(x, out_type=tf.int32), ddf, dy, **a)
+    d_dy = lib.det_conv_conv2d(x, ddf, tf.zeros([0], x.dtype), use_bias=False, **a)
+    return d_x, None, d_dy
+
+
+@tf.RegisterGradient("DetConv>BiasGrad")
+def _bias_grad_grad(op, ddb):
+    dy = op.inputs[0]
+    nchw = op.get_attr("data_format") in (b"NCHW", "NCHW")
+    shape = [1, -1, 1, 1] if nchw else [1, 1, 1, -1]
+    return tf.broadcast_to(tf.reshape(ddb, shape), tf.shape(dy))
+
+
+# ------------------------------------------------------------------ CPU ISA control
+def _isa_lib():
+    load_ops()  # make sure TensorFlow loaded it: ctypes then shares the same copy
+    lib = ctypes.CDLL(ops_library_path())
+    for fn in ("detconv_cpu_isa_force", "detconv_cpu_isa_active", "detconv_cpu_isa_supported"):
+        getattr(lib, fn).restype = ctypes.c_int
+    return lib
+
+
+def set_cpu_isa(isa="auto"):
+    """Selects the CPU kernel path ('auto', 'scalar', 'avx2', 'avx512'). All paths give the same bits.
+
+    Returns False (and changes nothing) if this machine lacks the ISA.
+    """
+    if isa not in _ISAS:
+        raise ValueError(f"isa: expected one of {sorted(_ISAS)}, got {isa!r}")
+    return bool(_isa_lib().detconv_cpu_isa_force(_ISAS[isa]))
+
+
+def cpu_isa(supported=False):
+    """Name of the active CPU path, or with supported=True the list of paths this machine can run."""
+    lib = _isa_lib()
+    names = {v: k for k, v in _ISAS.items()}
+    if supported:
+        return [k for k, v in _ISAS.items() if v >= 0 and lib.detconv_cpu_isa_supported(v)]
+    return names[lib.detconv_cpu_isa_active()]
