@@ -86,7 +86,10 @@ def _tensors(named):
     out = []
     dtype = None
     for name, value in named:
-        t = value if isinstance(value, (tf.Tensor, tf.Variable)) else tf.convert_to_tensor(value, dtype_hint=dtype)
+        if isinstance(value, (tf.Tensor, tf.Variable)) or hasattr(value, "dtype"):
+            t = tf.convert_to_tensor(value)  # keeps its own dtype, so mismatches are reported
+        else:
+            t = tf.convert_to_tensor(value, dtype_hint=dtype)  # Python lists and scalars follow the input
         if t.dtype not in _DTYPES:
             raise TypeError(f"{name}: dtype {t.dtype.name} is not supported (float16, bfloat16, float32, float64)")
         if dtype is not None and t.dtype != dtype:

@@ -48,12 +48,12 @@ inline i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
 
 // Kernel entry points of one ISA for one accumulator type A. All inputs are
 // NHWC (x, dy) or HWIO (f) arrays of A with at least kPad readable elements
-// past their end; `finite` says every filter value is finite.
+// past their end.
 constexpr i64 kPad = 64;
 template <class A>
 struct IsaKernels {
   void (*fprop)(const ConvProblem&, const A* x, const A* f, const A* bias, const OutSpec& y, const CpuExecutor&);
-  void (*dgrad)(const ConvProblem&, const A* dy, const A* f, bool finite, const OutSpec& dx, const CpuExecutor&);
+  void (*dgrad)(const ConvProblem&, const A* dy, const A* f, const OutSpec& dx, const CpuExecutor&);
   // dw and db go through a workspace of P*F parts then combine in chunk order.
   void (*wgrad)(const ConvProblem&, const A* x, const A* dy, const OutSpec& dw, const CpuExecutor&);
   void (*bgrad)(const ConvProblem&, const A* dy, const OutSpec& db, const CpuExecutor&);

@@ -153,10 +153,37 @@ struct Kernels {
   }
 
   // ====================================================== Dgrad
-  // Dense: lanes over BW input channels i of one group, P input pixels of a row.
-  // A tap that reaches no output is skipped. Within a block of P > 1 pixels a
-  // pixel whose tap is out of range reads +0 instead: fma(+0, f, acc) == acc
-  // for finite f (acc is never -0), so P > 1 is used only for finite filters.
+  // A tap that reaches no output is skipped, never multiplied by +0 (that
+  // would turn an underflowed -0 accumulator into +0, or 0*inf into NaN).
+  // Register blocks therefore hold P input pixels of one stride phase,
+  // iw = ph + (k*P + q)*sw: such pixels meet the same taps except at the
+  // borders, where the few valid pixels are folded one at a time.
+  struct PixelBlocks {
+    i64 sw, W, per_phase, blocks_per_phase;
+    PixelBlocks(const ConvProblem& p, int P)
+        : sw(p.sw), W(p.W), per_phase(ceil_div(p.W, p.sw)), blocks_per_phase(ceil_div(ceil_div(p.W, p.sw), P)) {}
+    i64 count() const { return sw * blocks_per_phase; }
+    // Column of pixel q of block b, or -1 past the row.
+    i64 col(i64 b, int P, int q) const {
+      const i64 ph = b / blocks_per_phase, k = b % blocks_per_phase;
+      const i64 iw = ph + (k * P + q) * sw;
+      return iw < W ? iw : -1;
+    }
+  };
+
+  // Folds one (kh, kw) tap of a block: all valid pixels together when the
+  // whole block is valid, else each valid pixel alone (same per-lane order).
+  // fold(q_mask_all, q) is called with q = -1 for "every pixel".
+  template <int P, class Fold>
+  static void for_valid_pixels(const bool (&valid)[P], Fold fold) {
+    int n = 0;
+    for (int q = 0; q < P; ++q) n += valid[q];
+    if (n == P) { fold(-1); return; }
+    for (int q = 0; q < P; ++q)
+      if (valid[q]) fold(q);
+  }
+
+  // Dense: lanes over BW input channels i of one group.
   template <int P>
   static void dgrad_dense(const ConvProblem& p, const T* dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
     const i64 cog = p.Cog(), nb = ceil_div(p.Cg, BW), khw = p.KH * p.KW;
@@ -171,18 +198,19 @@ struct Kernels {
               wt[(((g * nb + b) * khw + t) * cog + ol) * BW + l] =
                   i < p.Cg ? f[(t * p.Cg + i) * p.Co + g * cog + ol] : T(0);
             }
-    const std::vector<T> zeros(cog + kPad, T(0));
-    const i64 iwb = ceil_div(p.W, P), units = p.N * p.H * p.G * nb * iwb;
+    const PixelBlocks pb(p, P);
+    const i64 units = p.N * p.H * p.G * nb * pb.count();
     const Strides4 xs = dx.s;
     ex.parallel_for(units, khw * cog * BW * P, [&](i64 u0, i64 u1) {
       FpEnvGuard guard;
       for (i64 u = u0; u < u1; ++u) {
         i64 rem = u;
-        const i64 wb = rem % iwb; rem /= iwb;
+        const i64 wb = rem % pb.count(); rem /= pb.count();
         const i64 b = rem % nb; rem /= nb;
         const i64 g = rem % p.G; rem /= p.G;
         const i64 ih = rem % p.H, n = rem / p.H;
-        const i64 iw0 = wb * P;
+        i64 iw[P];
+        for (int q = 0; q < P; ++q) iw[q] = pb.col(wb, P, q);
         R acc[P][NV];
         for (int q = 0; q < P; ++q)
           for (int j = 0; j < NV; ++j) acc[q][j] = V::zero();
@@ -191,31 +219,45 @@ struct Kernels {
           if (oh < 0) continue;
           for (i64 kw = 0; kw < p.KW; ++kw) {
             const T* dp[P];
-            bool any = false;
+            bool valid[P];
             for (int q = 0; q < P; ++q) {
-              const i64 ow = iw0 + q < p.W ? dgrad_out_col(p, iw0 + q, kw) : -1;
-              any |= ow >= 0;
-              dp[q] = ow >= 0 ? dy + ((n * p.OH + oh) * p.OW + ow) * p.Co + g * cog : zeros.data();
+              const i64 ow = iw[q] >= 0 ? dgrad_out_col(p, iw[q], kw) : -1;
+              valid[q] = ow >= 0;
+              dp[q] = valid[q] ? dy + ((n * p.OH + oh) * p.OW + ow) * p.Co + g * cog : nullptr;
             }
-            if (!any) continue;
             const T* w = wt.data() + ((g * nb + b) * khw + kh * p.KW + kw) * cog * BW;
-            for (i64 ol = 0; ol < cog; ++ol) {
-              R fv[NV];
-              for (int j = 0; j < NV; ++j) fv[j] = V::load(w + ol * BW + j * L);
-              for (int q = 0; q < P; ++q) {
-                const R dv = V::bcast(dp[q][ol]);
-                for (int j = 0; j < NV; ++j) acc[q][j] = V::fma(dv, fv[j], acc[q][j]);
+            for_valid_pixels<P>(valid, [&](int only) {
+              for (i64 ol = 0; ol < cog; ++ol) {
+                R fv[NV];
+                for (int j = 0; j < NV; ++j) fv[j] = V::load(w + ol * BW + j * L);
+                if (only < 0) {
+                  for (int q = 0; q < P; ++q) {
+                    const R dv = V::bcast(dp[q][ol]);
+                    for (int j = 0; j < NV; ++j) acc[q][j] = V::fma(dv, fv[j], acc[q][j]);
+                  }
+                } else {
+                  const R dv = V::bcast(dp[only][ol]);
+                  for (int j = 0; j < NV; ++j) acc[only][j] = V::fma(dv, fv[j], acc[only][j]);
+                }
               }
-            }
+            });
           }
         }
-        for (int q = 0; q < P && iw0 + q < p.W; ++q)
+        for (int q = 0; q < P && iw[q] >= 0; ++q)
           for (int j = 0; j < NV; ++j) {
             const i64 i0 = b * BW + j * L;
-            put_lanes(dx, acc[q][j], xs.at(n, ih, iw0 + q, g * p.Cg + i0), xs.c, p.Cg - i0);
+            put_lanes(dx, acc[q][j], xs.at(n, ih, iw[q], g * p.Cg + i0), xs.c, p.Cg - i0);
           }
       }
     });
+  }
+
+  // dy values lanes c0..c0+L-1 meet for output channel c*cog + m (Cg == 1).
+  static R dy_lanes_dw(const T* pdy, i64 c0, i64 m, i64 cog, i64 C) {
+    if (cog == 1) return V::load(pdy + c0);
+    alignas(64) T tmp[L];
+    for (int l = 0; l < L; ++l) tmp[l] = c0 + l < C ? pdy[(c0 + l) * cog + m] : T(0);
+    return V::load(tmp);
   }
 
   // Depthwise-like (Cg == 1): lanes over input channels c (= groups); lane c
@@ -228,17 +270,19 @@ struct Kernels {
     for (i64 t = 0; t < khw; ++t)
       for (i64 m = 0; m < cog; ++m)
         for (i64 c = 0; c < p.C; ++c) wt[(t * cog + m) * cp + c] = f[t * p.Co + c * cog + m];
-    const i64 iwb = ceil_div(p.W, P), units = p.N * p.H * nb * iwb;
+    const PixelBlocks pb(p, P);
+    const i64 units = p.N * p.H * nb * pb.count();
     const Strides4 xs = dx.s;
     ex.parallel_for(units, khw * cog * BW * P, [&](i64 u0, i64 u1) {
       FpEnvGuard guard;
-      alignas(64) T tmp[L];
       for (i64 u = u0; u < u1; ++u) {
         i64 rem = u;
-        const i64 wb = rem % iwb; rem /= iwb;
+        const i64 wb = rem % pb.count(); rem /= pb.count();
         const i64 b = rem % nb; rem /= nb;
         const i64 ih = rem % p.H, n = rem / p.H;
-        const i64 iw0 = wb * P, c0 = b * BW;
+        const i64 c0 = b * BW;
+        i64 iw[P];
+        for (int q = 0; q < P; ++q) iw[q] = pb.col(wb, P, q);
         R acc[P][NV];
         for (int q = 0; q < P; ++q)
           for (int j = 0; j < NV; ++j) acc[q][j] = V::zero();
@@ -247,51 +291,34 @@ struct Kernels {
           if (oh < 0) continue;
           for (i64 kw = 0; kw < p.KW; ++kw) {
             const T* dp[P];
-            bool any = false;
+            bool valid[P];
             for (int q = 0; q < P; ++q) {
-              const i64 ow = iw0 + q < p.W ? dgrad_out_col(p, iw0 + q, kw) : -1;
-              any |= ow >= 0;
-              dp[q] = ow >= 0 ? dy + ((n * p.OH + oh) * p.OW + ow) * p.Co : nullptr;
+              const i64 ow = iw[q] >= 0 ? dgrad_out_col(p, iw[q], kw) : -1;
+              valid[q] = ow >= 0;
+              dp[q] = valid[q] ? dy + ((n * p.OH + oh) * p.OW + ow) * p.Co : nullptr;
             }
-            if (!any) continue;
-            for (i64 m = 0; m < cog; ++m) {
-              for (int j = 0; j < NV; ++j) {
-                const R fv = V::load(wt.data() + ((kh * p.KW + kw) * cog + m) * cp + c0 + j * L);
-                for (int q = 0; q < P; ++q) {
-                  R dv;
-                  if (!dp[q]) {
-                    dv = V::zero();  // finite filters only (see dgrad_dense)
-                  } else if (cog == 1) {
-                    dv = V::load(dp[q] + c0 + j * L);
-                  } else {
-                    for (int l = 0; l < L; ++l) {
-                      const i64 c = c0 + j * L + l;
-                      tmp[l] = c < p.C ? dp[q][c * cog + m] : T(0);
-                    }
-                    dv = V::load(tmp);
+            for_valid_pixels<P>(valid, [&](int only) {
+              for (i64 m = 0; m < cog; ++m)
+                for (int j = 0; j < NV; ++j) {
+                  const R fv = V::load(wt.data() + ((kh * p.KW + kw) * cog + m) * cp + c0 + j * L);
+                  for (int q = 0; q < P; ++q) {
+                    if (only >= 0 && q != only) continue;
+                    acc[q][j] = V::fma(dy_lanes_dw(dp[q], c0 + j * L, m, cog, p.C), fv, acc[q][j]);
                   }
-                  acc[q][j] = V::fma(dv, fv, acc[q][j]);
                 }
-              }
-            }
+            });
           }
         }
-        for (int q = 0; q < P && iw0 + q < p.W; ++q)
+        for (int q = 0; q < P && iw[q] >= 0; ++q)
           for (int j = 0; j < NV; ++j)
-            put_lanes(dx, acc[q][j], xs.at(n, ih, iw0 + q, c0 + j * L), xs.c, p.C - (c0 + j * L));
+            put_lanes(dx, acc[q][j], xs.at(n, ih, iw[q], c0 + j * L), xs.c, p.C - (c0 + j * L));
       }
     });
   }
 
-  static void dgrad(const ConvProblem& p, const T* dy, const T* f, bool finite, const OutSpec& dx,
-                    const CpuExecutor& ex) {
-    if (p.Cg == 1) {
-      if (finite) dgrad_dw<PW>(p, dy, f, dx, ex);
-      else dgrad_dw<1>(p, dy, f, dx, ex);
-    } else {
-      if (finite) dgrad_dense<PW>(p, dy, f, dx, ex);
-      else dgrad_dense<1>(p, dy, f, dx, ex);
-    }
+  static void dgrad(const ConvProblem& p, const T* dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
+    if (p.Cg == 1) dgrad_dw<PW>(p, dy, f, dx, ex);
+    else dgrad_dense<PW>(p, dy, f, dx, ex);
   }
 
   // ====================================================== Wgrad / Bgrad

@@ -1,0 +1,34 @@
+"""Shared helpers for the TensorFlow op tests."""
+
+import ml_dtypes
+import numpy as np
+
+NP_DTYPES = {
+    "float32": np.float32,
+    "float64": np.float64,
+    "float16": np.float16,
+    "bfloat16": ml_dtypes.bfloat16,
+}
+
+
+def rand(rng, shape, dtype, scale=1.0):
+    """Random non-integer values exactly representable in dtype."""
+    return (rng.standard_normal(shape) * scale).astype(NP_DTYPES[dtype])
+
+
+def tf_padding(padding, data_format="NHWC"):
+    """reference padding form -> tf.nn form."""
+    if isinstance(padding, str):
+        return padding
+    (pt, pb), (pl, pr) = padding
+    if data_format == "NHWC":
+        return [[0, 0], [pt, pb], [pl, pr], [0, 0]]
+    return [[0, 0], [0, 0], [pt, pb], [pl, pr]]
+
+
+def to_nchw(a):
+    return np.ascontiguousarray(np.transpose(a, (0, 3, 1, 2)))
+
+
+def to_nhwc(a):
+    return np.ascontiguousarray(np.transpose(a, (0, 2, 3, 1)))

@@ -1,0 +1,89 @@
+"""Bad input: a clear Python exception naming the argument, never a crash."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import detconv
+
+ERRORS = (ValueError, TypeError, tf.errors.InvalidArgumentError)
+X = np.ones((1, 6, 6, 4), np.float32) * 0.5
+F = np.ones((3, 3, 4, 8), np.float32) * 0.25
+
+BAD = [
+    ("channel mismatch", dict(filters=np.ones((3, 3, 3, 8), np.float32)), "filters"),
+    ("input rank", dict(input=np.ones((6, 6, 4), np.float32)), "input"),
+    ("filter rank", dict(filters=np.ones((3, 4, 8), np.float32)), "filters"),
+    ("zero stride", dict(strides=0), "strides"),
+    ("negative stride", dict(strides=[1, -1]), "strides"),
+    ("zero dilation", dict(dilations=0), "dilations"),
+    ("negative dilation", dict(dilations=[-2, 1]), "dilations"),
+    ("filter larger than VALID input", dict(filters=np.ones((7, 3, 4, 8), np.float32), padding="VALID"), "filters"),
+    ("dilated filter larger than VALID input", dict(dilations=3, padding="VALID"), "filters"),
+    ("unknown padding", dict(padding="FULL"), "padding"),
+    ("negative explicit padding", dict(padding=[[0, 0], [1, -1], [0, 0], [0, 0]]), "padding"),
+    ("padded batch", dict(padding=[[1, 0], [1, 1], [0, 0], [0, 0]]), "padding"),
+    ("mismatched dtypes", dict(filters=F.astype(np.float64)), "filters"),
+    ("integer dtype", dict(input=np.ones((1, 6, 6, 4), np.int32), filters=np.ones((3, 3, 4, 8), np.int32)), "input"),
+    ("fp16 accumulation with fp32", dict(accumulation="float16"), "accumulation"),
+    ("unknown accumulation", dict(accumulation="float8"), "accumulation"),
+    ("out-channels not divisible by groups", dict(filters=np.ones((3, 3, 2, 7), np.float32)), "filters"),
+    ("bias of wrong length", dict(bias=np.ones((7,), np.float32)), "bias"),
+    ("bias wrong dtype", dict(bias=np.ones((8,), np.float64)), "bias"),
+    ("unknown data_format", dict(data_format="NWHC"), "data_format"),
+    ("zero-size filter", dict(filters=np.ones((0, 3, 4, 8), np.float32)), "filters"),
+    ("zero out-channels", dict(filters=np.ones((3, 3, 4, 0), np.float32)), "filters"),
+    ("strides with batch stride", dict(strides=[2, 1, 1, 1]), "strides"),
+]
+
+
+def call(**kw):
+    args = dict(input=X, filters=F, strides=1, padding="SAME")
+    args.update(kw)
+    return detconv.conv2d(**args)
+
+
+@pytest.mark.parametrize("what,kw,arg", BAD, ids=[b[0] for b in BAD])
+def test_bad_input_eager(what, kw, arg):
+    with pytest.raises(ERRORS, match=arg):
+        call(**kw)
+
+
+SHAPE_BAD = [
+    ("channel mismatch", (1, 6, 6, 4), (3, 3, 3, 8), {}, "filters"),
+    ("filter larger than VALID input", (1, 2, 6, 4), (3, 3, 4, 8), dict(padding="VALID"), "filters"),
+    ("groups do not divide out-channels", (1, 6, 6, 4), (3, 3, 2, 7), {}, "filters"),
+    ("zero-size filter", (1, 6, 6, 4), (3, 0, 4, 8), {}, "filters"),
+]
+
+
+@pytest.mark.parametrize("what,xs,fs,kw,arg", SHAPE_BAD, ids=[b[0] for b in SHAPE_BAD])
+def test_bad_shapes_caught_by_kernel(what, xs, fs, kw, arg):
+    # Unknown static shapes: the C++ kernel must catch it and name the argument.
+    spec = tf.TensorSpec([None, None, None, None], tf.float32)
+    fn = tf.function(lambda x, f: detconv.conv2d(x, f, 1, kw.get("padding", "SAME")), input_signature=[spec, spec])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=arg):
+        fn(np.ones(xs, np.float32), np.ones(fs, np.float32))
+
+
+def test_bad_gradient_op_arguments():
+    dy = np.ones((1, 6, 6, 8), np.float32)
+    with pytest.raises(ERRORS, match="out_backprop"):
+        detconv.conv2d_backprop_input((1, 6, 6, 4), F, dy[:, :5], 1, "SAME")
+    with pytest.raises(ERRORS, match="input_sizes"):
+        detconv.conv2d_backprop_input((1, 6, 6), F, dy, 1, "SAME")
+    with pytest.raises(ERRORS, match="filter_sizes"):
+        detconv.conv2d_backprop_filter(X, (3, 3, 4), dy, 1, "SAME")
+    with pytest.raises(ERRORS, match="out_backprop"):
+        detconv.conv2d_backprop_filter(X, (3, 3, 4, 8), dy[..., :3], 1, "SAME")
+    with pytest.raises(ERRORS, match="accumulation"):
+        detconv.bias_grad(dy, accumulation="float16")
+
+
+def test_other_entry_points_validate():
+    with pytest.raises(ERRORS, match="filter"):
+        detconv.depthwise_conv2d(X, np.ones((3, 3, 3, 2), np.float32), 1, "SAME")
+    with pytest.raises(ERRORS, match="data_format"):
+        detconv.conv1d(np.ones((1, 6, 4), np.float32), np.ones((3, 4, 2), np.float32), 1, "SAME", "NHWC")
+    with pytest.raises(ERRORS, match="stride"):
+        detconv.conv1d(np.ones((1, 6, 4), np.float32), np.ones((3, 4, 2), np.float32), 0, "SAME")

@@ -1,0 +1,221 @@
+"""detconv's TensorFlow ops against detconv.reference, bit for bit."""
+
+import zlib
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import detconv
+from detconv import reference as ref
+from conftest import assert_bits_equal
+from helpers import rand, tf_padding, to_nchw, to_nhwc
+
+# (name, x shape NHWC, filter HWIO, strides, dilations, padding)
+CASES = [
+    ("3x3-same", (2, 7, 8, 5), (3, 3, 5, 6), 1, 1, "SAME"),
+    ("3x3-valid-s2", (2, 9, 8, 4), (3, 3, 4, 7), 2, 1, "VALID"),
+    ("5x3-s21-d12", (1, 11, 10, 3), (5, 3, 3, 4), (2, 1), (1, 2), "SAME"),
+    ("dil2-s2", (2, 10, 9, 4), (3, 3, 4, 5), 2, 2, "SAME"),
+    ("explicit", (2, 6, 7, 3), (3, 2, 3, 4), (1, 2), 1, ((1, 2), (0, 3))),
+    ("groups2", (2, 6, 6, 8), (3, 3, 4, 6), 1, 1, "SAME"),
+    ("groups4-s2", (1, 9, 7, 8), (2, 3, 2, 12), 2, 1, ((0, 1), (2, 0))),
+    ("depthwise", (2, 8, 7, 6), (3, 3, 1, 6), 1, 1, "SAME"),
+    ("depthwise-m3-s2", (2, 9, 9, 4), (3, 3, 1, 12), 2, 1, "SAME"),
+    ("depthwise-d2", (1, 9, 10, 5), (3, 3, 1, 5), 1, 2, "VALID"),
+    ("1x1", (2, 5, 5, 24), (1, 1, 24, 20), 1, 1, "VALID"),
+    ("wide-co", (1, 5, 6, 3), (3, 3, 3, 40), 1, 1, "SAME"),
+    ("stem-7x7-s2", (1, 16, 16, 3), (7, 7, 3, 8), 2, 1, "SAME"),
+]
+
+DTYPES = [("float32", None), ("float64", None), ("float16", None), ("float16", "float16"), ("bfloat16", None)]
+
+
+def run_all(x, f, b, dy, strides, dilations, padding, data_format="NHWC", accumulation=None, fn=None):
+    """Forward and all three gradients through tf.GradientTape. Arrays are NHWC in and out."""
+    if data_format == "NCHW":
+        x, dy = to_nchw(x), to_nchw(dy)
+    xt, ft = tf.constant(x), tf.constant(f)
+    bt = tf.constant(b) if b is not None else None
+
+    def step(xt, ft, bt, dyt):
+        with tf.GradientTape() as tape:
+            tape.watch([xt, ft] + ([bt] if bt is not None else []))
+            y = detconv.conv2d(xt, ft, strides, tf_padding(padding, data_format), data_format, dilations,
+                               bias=bt, accumulation=accumulation)
+        grads = tape.gradient(y, [xt, ft] + ([bt] if bt is not None else []), output_gradients=dyt)
+        return [y] + grads
+
+    out = (fn or step)(xt, ft, bt, tf.constant(dy))
+    out = [o.numpy() for o in out]
+    if data_format == "NCHW":
+        out[0], out[1] = to_nhwc(out[0]), to_nhwc(out[1])
+    return out
+
+
+def reference_all(x, f, b, dy, strides, dilations, padding, accumulation=None):
+    kw = dict(strides=strides, padding=padding, dilations=dilations, accumulation=accumulation)
+    out = [ref.conv2d(x, f, bias=b, **kw), ref.conv2d_backprop_input(dy, f, x.shape, **kw),
+           ref.conv2d_backprop_filter(x, dy, f.shape, **kw)]
+    if b is not None:
+        out.append(ref.bias_grad(dy, accumulation=accumulation))
+    return out
+
+
+def make_case(rng, case, dtype, with_bias=True):
+    _, xs, fs, st, dl, pad = case
+    x, f = rand(rng, xs, dtype), rand(rng, fs, dtype, 0.5)
+    b = rand(rng, (fs[3],), dtype) if with_bias else None
+    y_shape = ref.conv2d(x, f, st, pad, dl).shape
+    dy = rand(rng, y_shape, dtype)
+    return x, f, b, dy
+
+
+NAMES = ["y", "dx", "dw", "db"]
+
+
+@pytest.mark.parametrize("dtype,acc", DTYPES, ids=[f"{d}-{a or 'default'}" for d, a in DTYPES])
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_matches_reference(rng, case, dtype, acc):
+    with_bias = (zlib.crc32(case[0].encode()) ^ len(dtype)) % 2 == 0 or case[0] in ("3x3-same", "depthwise")
+    x, f, b, dy = make_case(rng, case, dtype, with_bias)
+    _, _, _, st, dl, pad = case
+    want = reference_all(x, f, b, dy, st, dl, pad, acc)
+    got = run_all(x, f, b, dy, st, dl, pad, "NHWC", acc)
+    for name, g, w in zip(NAMES, got, want):
+        assert_bits_equal(g, w, f"{name} NHWC")
+
+
+@pytest.mark.parametrize("dtype,acc", DTYPES, ids=[f"{d}-{a or 'default'}" for d, a in DTYPES])
+@pytest.mark.parametrize("case", CASES[::2], ids=[c[0] for c in CASES[::2]])
+def test_nchw_same_bits(rng, case, dtype, acc):
+    x, f, b, dy = make_case(rng, case, dtype, with_bias=True)
+    _, _, _, st, dl, pad = case
+    want = reference_all(x, f, b, dy, st, dl, pad, acc)
+    got = run_all(x, f, b, dy, st, dl, pad, "NCHW", acc)
+    for name, g, w in zip(NAMES, got, want):
+        assert_bits_equal(g, w, f"{name} NCHW")
+
+
+@pytest.mark.parametrize("xs,fs,st,pad", [
+    ((2, 16, 16, 4), (3, 3, 4, 8), 1, "SAME"),        # R=512: 8 chunks of 64
+    ((3, 13, 11, 6), (3, 3, 3, 4), 1, "VALID"),      # groups, ragged last chunk
+    ((2, 20, 20, 8), (3, 3, 1, 8), 1, "SAME"),       # depthwise, 13 chunks
+    ((2, 24, 24, 64), (1, 1, 64, 1024), 1, "VALID"),  # F = 2^16: ceil(2^22/F) = 64 chunks bind
+])
+def test_filter_grad_multi_chunk(rng, xs, fs, st, pad):
+    x, f = rand(rng, xs, "float32"), rand(rng, fs, "float32")
+    y_shape = ref.conv2d(x, f, st, pad).shape
+    dy = rand(rng, y_shape, "float32")
+    R, F = y_shape[0] * y_shape[1] * y_shape[2], int(np.prod(fs))
+    L, P = ref.reduction_chunks(R, F)
+    assert P > 1
+    got = detconv.conv2d_backprop_filter(x, fs, dy, st, pad).numpy()
+    assert_bits_equal(got, ref.conv2d_backprop_filter(x, dy, fs, st, pad), f"dw (P={P}, L={L})")
+    # The chunked order really differs from one long fold: a tolerance peer is not enough.
+    db = detconv.bias_grad(dy).numpy()
+    assert_bits_equal(db, ref.bias_grad(dy), "db")
+
+
+def test_conv2d_transpose_is_input_gradient(rng):
+    dy = rand(rng, (2, 5, 5, 6), "float32")
+    f = rand(rng, (3, 3, 4, 6), "float32")
+    out_shape = (2, 10, 10, 4)
+    got = detconv.conv2d_transpose(dy, f, out_shape, 2, "SAME").numpy()
+    assert_bits_equal(got, ref.conv2d_backprop_input(dy, f, out_shape, 2, "SAME"), "conv2d_transpose")
+    stock = tf.nn.conv2d_transpose(dy, f, out_shape, 2, "SAME").numpy()
+    np.testing.assert_allclose(got, stock, rtol=1e-5, atol=1e-5)
+    # ... and it is differentiable to both arguments.
+    dyt, ft = tf.constant(dy), tf.constant(f)
+    with tf.GradientTape() as tape:
+        tape.watch([dyt, ft])
+        y = detconv.conv2d_transpose(dyt, ft, out_shape, 2, "SAME")
+        loss = tf.reduce_sum(y * y)
+    g_dy, g_f = tape.gradient(loss, [dyt, ft])
+    with tf.GradientTape() as tape:
+        tape.watch([dyt, ft])
+        loss2 = tf.reduce_sum(tf.nn.conv2d_transpose(dyt, ft, out_shape, 2, "SAME") ** 2)
+    s_dy, s_f = tape.gradient(loss2, [dyt, ft])
+    np.testing.assert_allclose(g_dy.numpy(), s_dy.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(g_f.numpy(), s_f.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_depthwise_conv2d_matches_tf(rng):
+    x = rand(rng, (2, 9, 9, 4), "float32")
+    f = rand(rng, (3, 3, 4, 3), "float32")
+    got = detconv.depthwise_conv2d(x, f, [1, 2, 2, 1], "SAME").numpy()
+    hwio = f.reshape(3, 3, 1, 12)
+    assert_bits_equal(got, ref.conv2d(x, hwio, 2, "SAME"), "depthwise")
+    np.testing.assert_allclose(got, tf.nn.depthwise_conv2d(x, f, [1, 2, 2, 1], "SAME").numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_conv1d_matches_reference_and_tf(rng):
+    x = rand(rng, (3, 17, 4), "float32")
+    f = rand(rng, (5, 4, 6), "float32")
+    b = rand(rng, (6,), "float32")
+    got = detconv.conv1d(x, f, 2, "SAME", bias=b, dilations=1).numpy()
+    want = ref.conv2d(x[:, None], f[None], (1, 2), "SAME", bias=b)[:, 0]
+    assert_bits_equal(got, want, "conv1d")
+    np.testing.assert_allclose(got, tf.nn.conv1d(x, f, 2, "SAME").numpy() + b, rtol=1e-5, atol=1e-5)
+    got_ncw = detconv.conv1d(np.transpose(x, (0, 2, 1)), f, 2, "SAME", "NCW", bias=b).numpy()
+    assert_bits_equal(np.transpose(got_ncw, (0, 2, 1)), want, "conv1d NCW")
+
+
+def test_conv1d_one_and_a_half_d():
+    # "1.5-D convolution": a 4x3 one-hot input against the same 4x3 filter is one dot product.
+    x = np.eye(4, 3, dtype=np.float32)
+    y = detconv.conv1d(x[None], x[:, :, None], 1, "VALID").numpy()
+    assert y.shape == (1, 1, 1) and y[0, 0, 0] == 3.0
+
+
+def test_empty_batch(rng):
+    x = np.zeros((0, 6, 6, 3), np.float32)
+    f = rand(rng, (3, 3, 3, 4), "float32")
+    xt, ft = tf.constant(x), tf.constant(f)
+    b = tf.constant(rand(rng, (4,), "float32"))
+    with tf.GradientTape() as tape:
+        tape.watch([xt, ft, b])
+        y = detconv.conv2d(xt, ft, 1, "SAME", bias=b)
+    dx, dw, db = tape.gradient(y, [xt, ft, b], output_gradients=tf.zeros_like(y))
+    assert y.shape == (0, 6, 6, 4) and dx.shape == (0, 6, 6, 3)
+    assert_bits_equal(dw.numpy(), np.zeros((3, 3, 3, 4), np.float32), "dw of empty batch")
+    assert_bits_equal(db.numpy(), np.zeros((4,), np.float32), "db of empty batch")
+
+
+def test_every_isa_path_same_bits(rng):
+    paths = detconv.cpu_isa(supported=True)
+    assert "scalar" in paths
+    cases = [CASES[1], CASES[5], CASES[8], CASES[10]]
+    results = {}
+    try:
+        for isa in paths:
+            assert detconv.set_cpu_isa(isa)
+            assert detconv.cpu_isa() == isa
+            for case in cases:
+                for dtype, acc in DTYPES:
+                    r = np.random.default_rng(7)
+                    x, f, b, dy = make_case(r, case, dtype)
+                    out = run_all(x, f, b, dy, *case[3:], "NHWC", acc)
+                    results.setdefault((case[0], dtype, acc), []).append((isa, out))
+    finally:
+        detconv.set_cpu_isa("auto")
+    for key, runs in results.items():
+        (isa0, first), rest = runs[0], runs[1:]
+        for isa, out in rest:
+            for name, a, b in zip(NAMES, first, out):
+                assert_bits_equal(b, a, f"{key} {name}: {isa} vs {isa0}")
+    # And the first path agrees with the reference (so all do).
+    r = np.random.default_rng(7)
+    x, f, b, dy = make_case(r, cases[0], "float32")
+    want = reference_all(x, f, b, dy, *cases[0][3:])
+    for name, a, w in zip(NAMES, results[(cases[0][0], "float32", None)][0][1], want):
+        assert_bits_equal(a, w, name)
+
+
+def test_unsupported_isa_is_refused():
+    if "avx512" in detconv.cpu_isa(supported=True):
+        pytest.skip("this machine has AVX-512")
+    assert detconv.set_cpu_isa("avx512") is False
+    assert detconv.cpu_isa() != "avx512"
+    with pytest.raises(ValueError, match="isa"):
+        detconv.set_cpu_isa("sse9")
