@@ -14,10 +14,32 @@ struct Kernels {
   static constexpr int L = V::L, PW = V::kPW, NV = V::kNV, BW = L * NV;
 
   // Writes lanes [0, n) of a vector block to out.put(base + lane*stride).
-  static void put_lanes(const OutSpec& out, const R& v, i64 base, i64 stride, i64 n) {
+  // v by value: taking an accumulator's address would pin it to memory and spill in the hot loop.
+  static void put_lanes(const OutSpec& out, R v, i64 base, i64 stride, i64 n) {
     alignas(64) T tmp[L];
     V::store(tmp, v);
     for (i64 l = 0; l < n && l < L; ++l) out.put(base + l * stride, tmp[l]);
+  }
+
+  // The register-blocked inner loop: for i ascending, acc[q][j] = fma(x_q[i], w[i][j], acc[q][j]).
+  // It works on a private copy so the accumulators never have an address (the
+  // __may_alias__ vector types would otherwise force a store after every fma).
+  template <int P>
+  static inline __attribute__((always_inline)) void micro(R (&acc)[P][NV], const T* const (&xp)[P], const T* w,
+                                                          i64 n) {
+    R r[P][NV];
+    for (int q = 0; q < P; ++q)
+      for (int j = 0; j < NV; ++j) r[q][j] = acc[q][j];
+    for (i64 i = 0; i < n; ++i) {
+      R fv[NV];
+      for (int j = 0; j < NV; ++j) fv[j] = V::load(w + i * BW + j * L);
+      for (int q = 0; q < P; ++q) {
+        const R xv = V::bcast(xp[q][i]);
+        for (int j = 0; j < NV; ++j) r[q][j] = V::fma(xv, fv[j], r[q][j]);
+      }
+    }
+    for (int q = 0; q < P; ++q)
+      for (int j = 0; j < NV; ++j) acc[q][j] = r[q][j];
   }
 
   // ====================================================== Fprop
@@ -65,18 +87,12 @@ struct Kernels {
                           : zeros.data();
             }
             const T* wt = wg + (kh * p.KW + kw) * p.Cg * BW;
-            for (i64 i = 0; i < p.Cg; ++i) {
-              R fv[NV];
-              for (int j = 0; j < NV; ++j) fv[j] = V::load(wt + i * BW + j * L);
-              for (int q = 0; q < P; ++q) {
-                const R xv = V::bcast(xp[q][i]);
-                for (int j = 0; j < NV; ++j) acc[q][j] = V::fma(xv, fv[j], acc[q][j]);
-              }
-            }
+            micro(acc, xp, wt, p.Cg);
           }
         }
-        for (int q = 0; q < P && ow0 + q < p.OW; ++q)
+        for (int q = 0; q < P; ++q)  // fixed trip counts keep acc in registers
           for (int j = 0; j < NV; ++j) {
+            if (ow0 + q >= p.OW) continue;
             R a = acc[q][j];
             if (bias) a = V::add(a, V::load(bp.data() + (g * nb + b) * BW + j * L));
             const i64 o = g * cog + b * BW + j * L;
@@ -136,8 +152,9 @@ struct Kernels {
             }
           }
         }
-        for (int q = 0; q < P && ow0 + q < p.OW; ++q)
+        for (int q = 0; q < P; ++q)
           for (int j = 0; j < NV; ++j) {
+            if (ow0 + q >= p.OW) continue;
             R a = acc[q][j];
             if (bias) a = V::add(a, V::load(bp.data() + o0 + j * L));
             put_lanes(y, a, ys.at(n, oh, ow0 + q, o0 + j * L), ys.c, p.Co - (o0 + j * L));
@@ -226,25 +243,26 @@ struct Kernels {
               dp[q] = valid[q] ? dy + ((n * p.OH + oh) * p.OW + ow) * p.Co + g * cog : nullptr;
             }
             const T* w = wt.data() + ((g * nb + b) * khw + kh * p.KW + kw) * cog * BW;
+            // Same micro-kernel as the forward pass, over o_local instead of i.
             for_valid_pixels<P>(valid, [&](int only) {
-              for (i64 ol = 0; ol < cog; ++ol) {
-                R fv[NV];
-                for (int j = 0; j < NV; ++j) fv[j] = V::load(w + ol * BW + j * L);
-                if (only < 0) {
-                  for (int q = 0; q < P; ++q) {
-                    const R dv = V::bcast(dp[q][ol]);
-                    for (int j = 0; j < NV; ++j) acc[q][j] = V::fma(dv, fv[j], acc[q][j]);
-                  }
-                } else {
-                  const R dv = V::bcast(dp[only][ol]);
-                  for (int j = 0; j < NV; ++j) acc[only][j] = V::fma(dv, fv[j], acc[only][j]);
-                }
+              if (only < 0) {
+                micro(acc, dp, w, cog);
+                return;
+              }
+              for (int q = 0; q < P; ++q) {  // static q: acc stays in registers
+                if (q != only) continue;
+                R one[1][NV];
+                for (int j = 0; j < NV; ++j) one[0][j] = acc[q][j];
+                const T* const dq[1] = {dp[q]};
+                micro(one, dq, w, cog);
+                for (int j = 0; j < NV; ++j) acc[q][j] = one[0][j];
               }
             });
           }
         }
-        for (int q = 0; q < P && iw[q] >= 0; ++q)
+        for (int q = 0; q < P; ++q)
           for (int j = 0; j < NV; ++j) {
+            if (iw[q] < 0) continue;
             const i64 i0 = b * BW + j * L;
             put_lanes(dx, acc[q][j], xs.at(n, ih, iw[q], g * p.Cg + i0), xs.c, p.Cg - i0);
           }
@@ -309,9 +327,9 @@ struct Kernels {
             });
           }
         }
-        for (int q = 0; q < P && iw[q] >= 0; ++q)
+        for (int q = 0; q < P; ++q)
           for (int j = 0; j < NV; ++j)
-            put_lanes(dx, acc[q][j], xs.at(n, ih, iw[q], c0 + j * L), xs.c, p.C - (c0 + j * L));
+            if (iw[q] >= 0) put_lanes(dx, acc[q][j], xs.at(n, ih, iw[q], c0 + j * L), xs.c, p.C - (c0 + j * L));
       }
     });
   }
@@ -345,6 +363,29 @@ struct Kernels {
     });
   }
 
+  // The r loop of one dense dw tile, on private accumulators (see micro()).
+  static inline __attribute__((always_inline)) void wgrad_dense_fold(R (&acc)[PW][NV], const ConvProblem& p,
+                                                                     const Chunks& ch, i64 k, i64 kh, i64 kw,
+                                                                     const T* xg, const T* dyo, const T* zeros) {
+    R a[PW][NV];
+    for (int t = 0; t < PW; ++t)
+      for (int j = 0; j < NV; ++j) a[t][j] = V::zero();
+    RCursor rc(p, ch.begin(k));
+    for (i64 r = ch.begin(k); r < ch.end(k); ++r, rc.next(p)) {
+      const i64 ih = fprop_in_row(p, rc.oh, kh), iw = fprop_in_col(p, rc.ow, kw);
+      // +0 in padding, exactly as the forward pass.
+      const T* xp = (ih >= 0 && ih < p.H && iw >= 0 && iw < p.W) ? xg + ((rc.n * p.H + ih) * p.W + iw) * p.C : zeros;
+      R dv[NV];
+      for (int j = 0; j < NV; ++j) dv[j] = V::load(dyo + r * p.Co + j * L);
+      for (int t = 0; t < PW; ++t) {
+        const R xv = V::bcast(xp[t]);
+        for (int j = 0; j < NV; ++j) a[t][j] = V::fma(xv, dv[j], a[t][j]);
+      }
+    }
+    for (int t = 0; t < PW; ++t)
+      for (int j = 0; j < NV; ++j) acc[t][j] = a[t][j];
+  }
+
   // Dense: lanes over BW output channels of one group, P consecutive i of one
   // (kh, kw) tap in registers; the fold runs over r inside one chunk.
   static void wgrad_dense(const ConvProblem& p, const Chunks& ch, const T* x, const T* dy, T* parts,
@@ -365,24 +406,10 @@ struct Kernels {
         const i64 g = rem % p.G, k = rem / p.G;
         const i64 i0 = bi * P, o0 = g * cog + b * BW;
         R acc[P][NV];
+        wgrad_dense_fold(acc, p, ch, k, kh, kw, x + g * p.Cg + i0, dy + o0, zeros.data());
         for (int t = 0; t < P; ++t)
-          for (int j = 0; j < NV; ++j) acc[t][j] = V::zero();
-        RCursor rc(p, ch.begin(k));
-        for (i64 r = ch.begin(k); r < ch.end(k); ++r, rc.next(p)) {
-          const i64 ih = fprop_in_row(p, rc.oh, kh), iw = fprop_in_col(p, rc.ow, kw);
-          // +0 in padding, exactly as the forward pass.
-          const T* xp = (ih >= 0 && ih < p.H && iw >= 0 && iw < p.W)
-                            ? x + ((rc.n * p.H + ih) * p.W + iw) * p.C + g * p.Cg + i0
-                            : zeros.data();
-          R dv[NV];
-          for (int j = 0; j < NV; ++j) dv[j] = V::load(dy + r * p.Co + o0 + j * L);
-          for (int t = 0; t < P; ++t) {
-            const R xv = V::bcast(xp[t]);
-            for (int j = 0; j < NV; ++j) acc[t][j] = V::fma(xv, dv[j], acc[t][j]);
-          }
-        }
-        for (int t = 0; t < P && i0 + t < p.Cg; ++t)
           for (int j = 0; j < NV; ++j) {
+            if (i0 + t >= p.Cg) continue;
             V::store(tmp, acc[t][j]);
             const i64 ol0 = b * BW + j * L;
             T* dst = parts + k * F + ((kh * p.KW + kw) * p.Cg + i0 + t) * p.Co + g * cog + ol0;
@@ -390,6 +417,33 @@ struct Kernels {
           }
       }
     });
+  }
+
+  static inline __attribute__((always_inline)) void wgrad_dw_fold(R (&acc)[PW][NV], const ConvProblem& p,
+                                                                  const Chunks& ch, i64 k, i64 kh, i64 kw0, i64 o0,
+                                                                  const T* x, const T* dy) {
+    const i64 cog = p.Cog();
+    R a[PW][NV];
+    for (int t = 0; t < PW; ++t)
+      for (int j = 0; j < NV; ++j) a[t][j] = V::zero();
+    RCursor rc(p, ch.begin(k));
+    for (i64 r = ch.begin(k); r < ch.end(k); ++r, rc.next(p)) {
+      const i64 ih = fprop_in_row(p, rc.oh, kh);
+      const bool row_in = ih >= 0 && ih < p.H;
+      R dv[NV];
+      for (int j = 0; j < NV; ++j) dv[j] = V::load(dy + r * p.Co + o0 + j * L);
+      for (int t = 0; t < PW; ++t) {
+        const i64 iw = fprop_in_col(p, rc.ow, kw0 + t);
+        const bool in = row_in && iw >= 0 && iw < p.W && kw0 + t < p.KW;
+        const T* px = in ? x + ((rc.n * p.H + ih) * p.W + iw) * p.C : nullptr;
+        for (int j = 0; j < NV; ++j) {
+          const R xv = in ? x_lanes_dw(px, o0 + j * L, cog, p.Co) : V::zero();  // +0 in padding
+          a[t][j] = V::fma(xv, dv[j], a[t][j]);
+        }
+      }
+    }
+    for (int t = 0; t < PW; ++t)
+      for (int j = 0; j < NV; ++j) acc[t][j] = a[t][j];
   }
 
   // Depthwise-like (Cg == 1): lanes over all output channels, P taps (kw) of one row.
@@ -408,26 +462,10 @@ struct Kernels {
         const i64 b = rem % nb, k = rem / nb;
         const i64 kw0 = bk * P, o0 = b * BW;
         R acc[P][NV];
+        wgrad_dw_fold(acc, p, ch, k, kh, kw0, o0, x, dy);
         for (int t = 0; t < P; ++t)
-          for (int j = 0; j < NV; ++j) acc[t][j] = V::zero();
-        RCursor rc(p, ch.begin(k));
-        for (i64 r = ch.begin(k); r < ch.end(k); ++r, rc.next(p)) {
-          const i64 ih = fprop_in_row(p, rc.oh, kh);
-          const bool row_in = ih >= 0 && ih < p.H;
-          R dv[NV];
-          for (int j = 0; j < NV; ++j) dv[j] = V::load(dy + r * p.Co + o0 + j * L);
-          for (int t = 0; t < P; ++t) {
-            const i64 iw = fprop_in_col(p, rc.ow, kw0 + t);
-            const bool in = row_in && iw >= 0 && iw < p.W && kw0 + t < p.KW;
-            const T* px = in ? x + ((rc.n * p.H + ih) * p.W + iw) * p.C : nullptr;
-            for (int j = 0; j < NV; ++j) {
-              const R xv = in ? x_lanes_dw(px, o0 + j * L, cog, p.Co) : V::zero();
-              acc[t][j] = V::fma(xv, dv[j], acc[t][j]);
-            }
-          }
-        }
-        for (int t = 0; t < P && kw0 + t < p.KW; ++t)
           for (int j = 0; j < NV; ++j) {
+            if (kw0 + t >= p.KW) continue;
             V::store(tmp, acc[t][j]);
             T* dst = parts + k * F + (kh * p.KW + kw0 + t) * p.Co + o0 + j * L;
             for (i64 l = 0; l < L && o0 + j * L + l < p.Co; ++l) dst[l] = tmp[l];
