@@ -1,5 +1,6 @@
 // Host-side pieces shared by the CPU driver and every ISA translation unit.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -43,6 +44,11 @@ struct OutSpec {
   }
   void put(i64 off, double v) const { static_cast<double*>(base)[off] = canon64(v); }
 };
+
+template <class T>
+inline T canonical_nan() {
+  return sizeof(T) == 8 ? T(bits_f64(kCanonNaN64)) : T(bits_f32(kCanonNaN32));
+}
 
 inline i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
 

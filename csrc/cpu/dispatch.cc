@@ -53,30 +53,56 @@ const cpu::IsaTable& table_for(CpuIsa isa) {
 const cpu::IsaTable& table() { return table_for(cpu_isa_active()); }
 
 template <class A>
-A load_as(const void* src, DType dt, i64 k) {
+A to_a(float v) { return A(v); }
+template <class A>
+A to_a(double v) { return A(v); }
+template <class A>
+A to_a(std::uint16_t v, DType dt) { return A(dt == DType::kFloat16 ? half_to_float(v) : bf16_to_float(v)); }
+
+// Calls fn(convert) with a per-element converter for the source dtype, so the
+// dtype switch happens once per tensor, not once per element.
+template <class A, class Fn>
+void with_source(const void* src, DType dt, Fn&& fn) {
   switch (dt) {
-    case DType::kFloat32: return A(static_cast<const float*>(src)[k]);
-    case DType::kFloat64: return A(static_cast<const double*>(src)[k]);
-    case DType::kFloat16: return A(half_to_float(static_cast<const std::uint16_t*>(src)[k]));
-    case DType::kBFloat16: return A(bf16_to_float(static_cast<const std::uint16_t*>(src)[k]));
+    case DType::kFloat32: { auto s = static_cast<const float*>(src); fn([s](i64 k) { return A(s[k]); }); break; }
+    case DType::kFloat64: { auto s = static_cast<const double*>(src); fn([s](i64 k) { return A(s[k]); }); break; }
+    case DType::kFloat16: {
+      auto s = static_cast<const std::uint16_t*>(src);
+      fn([s](i64 k) { return A(half_to_float(s[k])); });
+      break;
+    }
+    case DType::kBFloat16: {
+      auto s = static_cast<const std::uint16_t*>(src);
+      fn([s](i64 k) { return A(bf16_to_float(s[k])); });
+      break;
+    }
   }
-  return A(0);
 }
 
 // An input-shaped or output-shaped tensor as NHWC accumulator values, with
-// kPad zeros after it (kernels read whole vectors past the end).
+// kPad zeros after it (kernels read whole vectors past the end). Conversions
+// to the accumulator are exact.
 template <class A>
 std::vector<A> to_nhwc(const void* src, DType dt, Layout layout, i64 N, i64 H, i64 W, i64 C,
                        const CpuExecutor& ex) {
   std::vector<A> out(N * H * W * C + cpu::kPad, A(0));
   const Strides4 s = make_strides(layout, H, W, C);
-  ex.parallel_for(N * H, W * C, [&](i64 r0, i64 r1) {
-    for (i64 r = r0; r < r1; ++r) {
-      const i64 n = r / H, h = r % H;
-      A* dst = out.data() + r * W * C;
-      for (i64 w = 0; w < W; ++w)
-        for (i64 c = 0; c < C; ++c) dst[w * C + c] = load_as<A>(src, dt, s.at(n, h, w, c));
-    }
+  with_source<A>(src, dt, [&](auto load) {
+    ex.parallel_for(N * H, W * C, [&](i64 r0, i64 r1) {
+      for (i64 r = r0; r < r1; ++r) {
+        const i64 n = r / H, h = r % H;
+        A* dst = out.data() + r * W * C;
+        if (layout == Layout::kNHWC) {
+          const i64 base = s.at(n, h, 0, 0);
+          for (i64 k = 0; k < W * C; ++k) dst[k] = load(base + k);
+        } else {
+          for (i64 c = 0; c < C; ++c) {
+            const i64 base = s.at(n, h, 0, c);
+            for (i64 w = 0; w < W; ++w) dst[w * C + c] = load(base + w);
+          }
+        }
+      }
+    });
   });
   return out;
 }
@@ -84,7 +110,9 @@ std::vector<A> to_nhwc(const void* src, DType dt, Layout layout, i64 N, i64 H, i
 template <class A>
 std::vector<A> to_acc(const void* src, DType dt, i64 count) {
   std::vector<A> out(count + cpu::kPad, A(0));
-  for (i64 k = 0; k < count; ++k) out[k] = load_as<A>(src, dt, k);
+  with_source<A>(src, dt, [&](auto load) {
+    for (i64 k = 0; k < count; ++k) out[k] = load(k);
+  });
   return out;
 }
 

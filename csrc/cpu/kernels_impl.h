@@ -18,6 +18,11 @@ struct Kernels {
   static void put_lanes(const OutSpec& out, R v, i64 base, i64 stride, i64 n) {
     alignas(64) T tmp[L];
     V::store(tmp, v);
+    if (stride == 1 && out.dtype == (sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32)) {
+      T* dst = static_cast<T*>(out.base) + base;  // common case: no dtype switch per element
+      for (i64 l = 0; l < n && l < L; ++l) dst[l] = tmp[l] != tmp[l] ? canonical_nan<T>() : tmp[l];
+      return;
+    }
     for (i64 l = 0; l < n && l < L; ++l) out.put(base + l * stride, tmp[l]);
   }
 
@@ -370,17 +375,27 @@ struct Kernels {
     R a[PW][NV];
     for (int t = 0; t < PW; ++t)
       for (int j = 0; j < NV; ++j) a[t][j] = V::zero();
-    RCursor rc(p, ch.begin(k));
-    for (i64 r = ch.begin(k); r < ch.end(k); ++r, rc.next(p)) {
-      const i64 ih = fprop_in_row(p, rc.oh, kh), iw = fprop_in_col(p, rc.ow, kw);
-      // +0 in padding, exactly as the forward pass.
-      const T* xp = (ih >= 0 && ih < p.H && iw >= 0 && iw < p.W) ? xg + ((rc.n * p.H + ih) * p.W + iw) * p.C : zeros;
-      R dv[NV];
-      for (int j = 0; j < NV; ++j) dv[j] = V::load(dyo + r * p.Co + j * L);
-      for (int t = 0; t < PW; ++t) {
-        const R xv = V::bcast(xp[t]);
-        for (int j = 0; j < NV; ++j) a[t][j] = V::fma(xv, dv[j], a[t][j]);
+    // r ascending, walked one output row segment (fixed n, oh) at a time.
+    for (i64 r = ch.begin(k), end = ch.end(k); r < end;) {
+      i64 n, oh, ow;
+      split_r(p, r, n, oh, ow);
+      const i64 seg = std::min(end - r, p.OW - ow);
+      const i64 ih = fprop_in_row(p, oh, kh);
+      const bool row_in = ih >= 0 && ih < p.H;
+      const T* xrow = xg + (n * p.H + ih) * p.W * p.C;
+      const T* dyr = dyo + r * p.Co;
+      i64 iw = fprop_in_col(p, ow, kw);
+      for (i64 e = 0; e < seg; ++e, iw += p.sw, dyr += p.Co) {
+        // +0 in padding, exactly as the forward pass.
+        const T* xp = (row_in && iw >= 0 && iw < p.W) ? xrow + iw * p.C : zeros;
+        R dv[NV];
+        for (int j = 0; j < NV; ++j) dv[j] = V::load(dyr + j * L);
+        for (int t = 0; t < PW; ++t) {
+          const R xv = V::bcast(xp[t]);
+          for (int j = 0; j < NV; ++j) a[t][j] = V::fma(xv, dv[j], a[t][j]);
+        }
       }
+      r += seg;
     }
     for (int t = 0; t < PW; ++t)
       for (int j = 0; j < NV; ++j) acc[t][j] = a[t][j];
