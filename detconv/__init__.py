@@ -8,6 +8,7 @@ import without TensorFlow.
 """
 
 import importlib
+import sys
 
 ORDER_VERSION = 1
 __version__ = "0.1.0"
@@ -38,3 +39,9 @@ def __getattr__(name):
 
 def __dir__():
     return sorted(set(globals()) | set(__all__))
+
+
+# With TensorFlow already in the process (the usual case), register the ops at
+# import: `import detconv` is then enough to load a SavedModel that uses them.
+if "tensorflow" in sys.modules:
+    importlib.import_module("detconv.ops")

@@ -10,6 +10,8 @@ import tensorflow as tf
 
 from detconv._loader import load_ops, ops_library_path
 
+load_ops()  # registers the DetConv> ops (and so their gradients below) with TensorFlow
+
 _DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
 _ISAS = {"auto": -1, "scalar": 0, "avx2": 1, "avx512": 2}
 
@@ -150,6 +152,8 @@ def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,
 
 def _check_static(x, f, st, dl, mode, data_format):
     """Shape errors that can be seen before running, named by argument."""
+    if x.shape.rank is None or f.shape.rank is None:
+        return  # unknown rank: the kernel checks at run time
     c = x.shape[1] if data_format == "NCHW" else x.shape[3]
     kh, kw, cg, co = f.shape
     for dim, label in ((kh, "height"), (kw, "width"), (cg, "in-channels"), (co, "out-channels")):

@@ -87,3 +87,11 @@ def test_other_entry_points_validate():
         detconv.conv1d(np.ones((1, 6, 4), np.float32), np.ones((3, 4, 2), np.float32), 1, "SAME", "NHWC")
     with pytest.raises(ERRORS, match="stride"):
         detconv.conv1d(np.ones((1, 6, 4), np.float32), np.ones((3, 4, 2), np.float32), 0, "SAME")
+
+
+def test_unknown_rank_inputs_work():
+    spec = tf.TensorSpec(None, tf.float32)
+    fn = tf.function(lambda x, f: detconv.conv2d(x, f, 1, "SAME"), input_signature=[spec, spec])
+    assert fn(X, F).shape == (1, 6, 6, 8)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="input"):
+        fn(np.ones((6, 6, 4), np.float32), F)

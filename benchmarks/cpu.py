@@ -1,0 +1,260 @@
+"""Times detconv against tf.nn.conv2d on ResNet-50 and MobileNet layer shapes (CPU).
+
+Both run in this one process with the same intra-op thread count: forward,
+input gradient and filter gradient, each timed as the median of several runs
+after warm-up. ratio = tf time / detconv time (> 1: detconv is faster); the
+table ends with the geometric mean of the ratios.
+
+    python benchmarks/cpu.py                 # full run, batch 8, float32
+    python benchmarks/cpu.py --quick         # three layers (< 1 min)
+    python benchmarks/cpu.py --dtype float16 --accumulation float16 --passes fwd
+    detconv bench ...                        # the same, from a source checkout
+"""
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import time
+
+# name, H(=W), C, Co, K, stride, depthwise
+LAYERS = (
+    ("stem 7x7/2 224 3->64", 224, 3, 64, 7, 2, False),
+    ("3x3 56 64->64", 56, 64, 64, 3, 1, False),
+    ("3x3 28 128->128", 28, 128, 128, 3, 1, False),
+    ("3x3 14 256->256", 14, 256, 256, 3, 1, False),
+    ("3x3 7 512->512", 7, 512, 512, 3, 1, False),
+    ("1x1 56 256->64", 56, 256, 64, 1, 1, False),
+    ("1x1 56 64->256", 56, 64, 256, 1, 1, False),
+    ("1x1 14 1024->256", 14, 1024, 256, 1, 1, False),
+    ("1x1 7 2048->512", 7, 2048, 512, 1, 1, False),
+    ("dw3x3 112 32", 112, 32, 32, 3, 1, True),
+    ("dw3x3/2 112 96", 112, 96, 96, 3, 2, True),
+    ("dw3x3 56 144", 56, 144, 144, 3, 1, True),
+)
+QUICK_LAYERS = ("3x3 28 128->128", "1x1 14 1024->256", "dw3x3 56 144")
+SMOKE_LAYER = ("smoke 3x3 8 8->8", 8, 8, 8, 3, 1, False)
+PASSES = ("fwd", "dx", "dw")
+_PASS_ALIASES = {"fwd": "fwd", "forward": "fwd", "dx": "dx", "input": "dx", "bwd_input": "dx",
+                 "dw": "dw", "filter": "dw", "bwd_filter": "dw"}
+
+
+def _parse_args(argv):
+    p = argparse.ArgumentParser(prog="benchmarks/cpu.py", description=__doc__.splitlines()[0])
+    p.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16", "float64"))
+    p.add_argument("--accumulation", default=None, choices=("float32", "float16"),
+                   help="detconv's accumulation (float16 only with --dtype float16); stock TF has no such option")
+    p.add_argument("--passes", default=",".join(PASSES), help="comma list of fwd, dx, dw (default: all)")
+    p.add_argument("--batch", type=int, default=None, help="batch size (default 8)")
+    p.add_argument("--layers", default=None, help="comma list of substrings selecting layers by name")
+    p.add_argument("--repeats", type=int, default=None, help="timed runs per cell (median; default 7, --quick 3)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed runs before timing (default 2)")
+    p.add_argument("--threads", type=int, default=0, help="intra-op threads for both (default: TensorFlow's)")
+    p.add_argument("--isa", default="auto", help="detconv CPU path: auto, scalar, avx2, avx512")
+    p.add_argument("--quick", action="store_true", help="three layers, 3 repeats")
+    p.add_argument("--smoke", action="store_true", help="one tiny layer, run once (for tests)")
+    p.add_argument("--png", default=None, help="also write a bar chart of the ratios (needs matplotlib)")
+    args = p.parse_args(argv)
+    try:
+        args.passes = [_PASS_ALIASES[s.strip()] for s in args.passes.split(",") if s.strip()]
+    except KeyError as e:
+        p.error(f"--passes: unknown pass {e.args[0]!r} (use fwd, dx, dw)")
+    if args.accumulation == "float16" and args.dtype != "float16":
+        p.error("--accumulation float16 needs --dtype float16")
+    if args.smoke:
+        args.batch = args.batch or 1
+        args.repeats = args.repeats or 1
+        args.warmup = 0
+    elif args.quick:
+        args.repeats = args.repeats or 3
+    args.batch = args.batch or 8
+    args.repeats = args.repeats or 7
+    return args
+
+
+def _select_layers(args):
+    if args.smoke:
+        return [SMOKE_LAYER]
+    layers = list(LAYERS)
+    if args.quick and not args.layers:
+        layers = [l for l in layers if l[0] in QUICK_LAYERS]
+    if args.layers:
+        keys = [k.strip() for k in args.layers.split(",") if k.strip()]
+        layers = [l for l in layers if any(k in l[0] for k in keys)]
+    return layers
+
+
+def _median_ms(fn, warmup, repeats):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return 1e3 * statistics.median(times)
+
+
+def _cells(tf, dc, layer, batch, dtype, accumulation, rng):
+    """{pass: (flops, tf_fn, dc_fn)} for one layer; each fn returns a tensor (CPU eager ops run synchronously)."""
+    import numpy as np
+
+    name, H, C, Co, K, s, depthwise = layer
+    OH = -(-H // s)
+    x = tf.cast(tf.constant(rng.standard_normal((batch, H, H, C)).astype(np.float32)), dtype)
+    dy = tf.cast(tf.constant(rng.standard_normal((batch, OH, OH, Co)).astype(np.float32)), dtype)
+    x_shape = tf.constant([batch, H, H, C], tf.int32)
+    acc = dict(accumulation=accumulation)
+    if depthwise:
+        f_dw = tf.cast(tf.constant(rng.standard_normal((K, K, C, 1)).astype(np.float32)), dtype)
+        f = tf.reshape(f_dw, [K, K, 1, C])  # the same filter as a grouped conv (groups = C)
+        dw_shape = tf.constant([K, K, C, 1], tf.int32)
+        f_shape = tf.constant([K, K, 1, C], tf.int32)
+        st4 = [1, s, s, 1]
+        flops = 2 * batch * OH * OH * C * K * K
+        tf_fns = {
+            "fwd": lambda: tf.nn.depthwise_conv2d(x, f_dw, st4, "SAME"),
+            "dx": lambda: tf.nn.depthwise_conv2d_backprop_input(x_shape, f_dw, dy, st4, "SAME"),
+            "dw": lambda: tf.nn.depthwise_conv2d_backprop_filter(x, dw_shape, dy, st4, "SAME"),
+        }
+        dc_fns = {
+            "fwd": lambda: dc.depthwise_conv2d(x, f_dw, st4, "SAME", **acc),
+            "dx": lambda: dc.conv2d_backprop_input(x_shape, f, dy, s, "SAME", **acc),
+            "dw": lambda: dc.conv2d_backprop_filter(x, f_shape, dy, s, "SAME", **acc),
+        }
+    else:
+        f = tf.cast(tf.constant((rng.standard_normal((K, K, C, Co)) / math.sqrt(K * K * C)).astype(np.float32)),
+                    dtype)
+        f_shape = tf.constant([K, K, C, Co], tf.int32)
+        flops = 2 * batch * OH * OH * Co * K * K * C
+        tf_fns = {
+            "fwd": lambda: tf.nn.conv2d(x, f, s, "SAME"),
+            "dx": lambda: tf.raw_ops.Conv2DBackpropInput(input_sizes=x_shape, filter=f, out_backprop=dy,
+                                                         strides=[1, s, s, 1], padding="SAME"),
+            "dw": lambda: tf.raw_ops.Conv2DBackpropFilter(input=x, filter_sizes=f_shape, out_backprop=dy,
+                                                          strides=[1, s, s, 1], padding="SAME"),
+        }
+        dc_fns = {
+            "fwd": lambda: dc.conv2d(x, f, s, "SAME", **acc),
+            "dx": lambda: dc.conv2d_backprop_input(x_shape, f, dy, s, "SAME", **acc),
+            "dw": lambda: dc.conv2d_backprop_filter(x, f_shape, dy, s, "SAME", **acc),
+        }
+    return {p: (flops, tf_fns[p], dc_fns[p]) for p in PASSES}
+
+
+def _rel_diff(tf, a, b):
+    """max |a - b| / max |a| in float64: a sanity check that both computed the same thing."""
+    a = tf.cast(a, tf.float64)
+    b = tf.cast(tf.reshape(b, tf.shape(a)), tf.float64)
+    scale = float(tf.reduce_max(tf.abs(a)))
+    return float(tf.reduce_max(tf.abs(a - b))) / scale if scale > 0 else 0.0
+
+
+def _fmt_ms(v):
+    return "n/a" if v is None else (f"{v:.2f}" if v < 100 else f"{v:.0f}")
+
+
+def _table(rows, args, tf, dc, threads, elapsed):
+    head = ("layer", "pass", "tf ms", "detconv ms", "ratio", "tf GFLOP/s", "dc GFLOP/s", "rel.diff")
+    lines = [tuple(head)]
+    for r in rows:
+        lines.append((r["layer"], r["pass"], _fmt_ms(r["tf_ms"]), _fmt_ms(r["dc_ms"]),
+                      "n/a" if r["ratio"] is None else f"{r['ratio']:.2f}",
+                      "n/a" if r["tf_ms"] is None else f"{r['flops'] / r['tf_ms'] / 1e6:.1f}",
+                      "n/a" if r["dc_ms"] is None else f"{r['flops'] / r['dc_ms'] / 1e6:.1f}",
+                      r["diff"]))
+    widths = [max(len(l[i]) for l in lines) for i in range(len(head))]
+    out = []
+    for i, l in enumerate(lines):
+        out.append("  ".join(c.ljust(w) if j < 2 else c.rjust(w) for j, (c, w) in enumerate(zip(l, widths))))
+        if i == 0:
+            out.append("  ".join("-" * w for w in widths))
+    ratios = [r["ratio"] for r in rows if r["ratio"]]
+    out.append("")
+    if ratios:
+        gm = math.exp(sum(math.log(v) for v in ratios) / len(ratios))
+        out.append(f"geometric mean of ratios (tf/detconv, >1 = detconv faster): {gm:.3f} over {len(ratios)} cells")
+        for p in args.passes:
+            rp = [r["ratio"] for r in rows if r["ratio"] and r["pass"] == p]
+            if rp:
+                out.append(f"  {p:>3}: {math.exp(sum(math.log(v) for v in rp) / len(rp)):.3f}")
+    out.append(f"batch {args.batch}, {args.dtype}, detconv accumulation {args.accumulation or 'default'}, "
+               f"detconv CPU path {dc.cpu_isa()}, intra-op threads {threads}, median of {args.repeats} after "
+               f"{args.warmup} warm-up, TensorFlow {tf.__version__}, {elapsed:.0f} s")
+    return "\n".join(out)
+
+
+def _png(path, rows):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"--png: matplotlib is not installed; {path} not written", file=sys.stderr)
+        return
+    rows = [r for r in rows if r["ratio"]]
+    labels = [f"{r['layer']} {r['pass']}" for r in rows]
+    fig, ax = plt.subplots(figsize=(8, 0.28 * len(rows) + 1.5))
+    ax.barh(range(len(rows)), [r["ratio"] for r in rows],
+            color=["tab:green" if r["ratio"] >= 1 else "tab:red" for r in rows])
+    ax.axvline(1.0, color="black", lw=0.8)
+    ax.set_yticks(range(len(rows)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("tf.nn time / detconv time (>1: detconv faster)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
+def main(argv=None):
+    args = _parse_args(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import numpy as np
+    import tensorflow as tf
+
+    if args.threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    import detconv as dc
+
+    if args.isa != "auto" and not dc.set_cpu_isa(args.isa):
+        print(f"detconv: this CPU cannot run the {args.isa} path (has: {dc.cpu_isa(supported=True)})",
+              file=sys.stderr)
+        return 2
+    threads = args.threads or f"TensorFlow's default ({os.cpu_count()} cores)"
+    dtype = tf.as_dtype(args.dtype)
+    rng = np.random.default_rng(0)
+    start = time.time()
+    rows = []
+    with tf.device("/CPU:0"):
+        for layer in _select_layers(args):
+            cells = _cells(tf, dc, layer, args.batch, dtype, args.accumulation, rng)
+            for p in args.passes:
+                flops, tf_fn, dc_fn = cells[p]
+                row = {"layer": layer[0], "pass": p, "flops": flops, "tf_ms": None, "dc_ms": None,
+                       "ratio": None, "diff": "-"}
+                try:
+                    row["tf_ms"] = _median_ms(tf_fn, args.warmup, args.repeats)
+                except Exception as e:  # noqa: BLE001 - e.g. a dtype stock TF has no CPU kernel for
+                    row["diff"] = f"tf: {type(e).__name__}"
+                try:
+                    row["dc_ms"] = _median_ms(dc_fn, args.warmup, args.repeats)
+                except Exception as e:  # noqa: BLE001
+                    row["diff"] = f"detconv: {type(e).__name__}: {str(e)[:60]}"
+                if row["tf_ms"] is not None and row["dc_ms"] is not None:
+                    row["ratio"] = row["tf_ms"] / row["dc_ms"]
+                    row["diff"] = f"{_rel_diff(tf, tf_fn(), dc_fn()):.1e}"
+                rows.append(row)
+                print(f"  {layer[0]:<22} {p:<3}  tf {_fmt_ms(row['tf_ms']):>8} ms  detconv "
+                      f"{_fmt_ms(row['dc_ms']):>8} ms", file=sys.stderr, flush=True)
+    print(_table(rows, args, tf, dc, threads, time.time() - start))
+    if args.png:
+        _png(args.png, rows)
+    failed = [r for r in rows if r["dc_ms"] is None]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
