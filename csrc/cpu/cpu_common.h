@@ -52,17 +52,31 @@ inline T canonical_nan() {
 
 inline i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
 
-// Kernel entry points of one ISA for one accumulator type A. All inputs are
-// NHWC (x, dy) or HWIO (f) arrays of A with at least kPad readable elements
-// past their end.
+// Elements a kernel may read past the last one it uses (whole vectors).
 constexpr i64 kPad = 64;
+
+// An NHWC tensor of accumulator values seen as rows of W*C elements. SIMD
+// loads may run up to kPad elements past a pixel; that stays inside the
+// tensor except on its last row, which therefore comes from a padded copy.
+// So float32/float64 NHWC inputs are read in place, never copied whole.
+template <class T>
+struct Rows {
+  const T* base;
+  i64 len;       // elements per row
+  i64 last;      // index of the last row
+  const T* tail; // the last row, followed by kPad readable elements
+  const T* row(i64 k) const { return k == last ? tail : base + k * len; }
+};
+
+// Kernel entry points of one ISA for one accumulator type A: x and dy as
+// Rows (rows of W*C), f HWIO and bias with kPad readable elements past the end.
 template <class A>
 struct IsaKernels {
-  void (*fprop)(const ConvProblem&, const A* x, const A* f, const A* bias, const OutSpec& y, const CpuExecutor&);
-  void (*dgrad)(const ConvProblem&, const A* dy, const A* f, const OutSpec& dx, const CpuExecutor&);
+  void (*fprop)(const ConvProblem&, const Rows<A>& x, const A* f, const A* bias, const OutSpec& y, const CpuExecutor&);
+  void (*dgrad)(const ConvProblem&, const Rows<A>& dy, const A* f, const OutSpec& dx, const CpuExecutor&);
   // dw and db go through a workspace of P*F parts then combine in chunk order.
-  void (*wgrad)(const ConvProblem&, const A* x, const A* dy, const OutSpec& dw, const CpuExecutor&);
-  void (*bgrad)(const ConvProblem&, const A* dy, const OutSpec& db, const CpuExecutor&);
+  void (*wgrad)(const ConvProblem&, const Rows<A>& x, const Rows<A>& dy, const OutSpec& dw, const CpuExecutor&);
+  void (*bgrad)(const ConvProblem&, const Rows<A>& dy, const OutSpec& db, const CpuExecutor&);
 };
 struct IsaTable {
   IsaKernels<float> f32;    // float32 accumulation (float32, bfloat16, float16 inputs)

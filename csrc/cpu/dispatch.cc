@@ -107,6 +107,32 @@ std::vector<A> to_nhwc(const void* src, DType dt, Layout layout, i64 N, i64 H, i
   return out;
 }
 
+// x or dy as Rows of accumulator values: read in place when it already is
+// NHWC in the accumulator type (only its last row is copied, padded), else
+// converted whole.
+template <class A>
+struct RowsBuf {
+  std::vector<A> own;
+  cpu::Rows<A> rows;
+};
+
+template <class A>
+RowsBuf<A> make_rows(const void* src, DType dt, Layout layout, i64 N, i64 H, i64 W, i64 C, const CpuExecutor& ex) {
+  RowsBuf<A> rb;
+  const i64 nrows = N * H, len = W * C;
+  const bool in_place = layout == Layout::kNHWC && dt == (sizeof(A) == 8 ? DType::kFloat64 : DType::kFloat32);
+  if (in_place) {
+    const A* base = static_cast<const A*>(src);
+    rb.own.assign(len + cpu::kPad, A(0));
+    if (nrows > 0) std::memcpy(rb.own.data(), base + (nrows - 1) * len, len * sizeof(A));
+    rb.rows = cpu::Rows<A>{base, len, nrows - 1, rb.own.data()};
+  } else {
+    rb.own = to_nhwc<A>(src, dt, layout, N, H, W, C, ex);
+    rb.rows = cpu::Rows<A>{rb.own.data(), len, nrows - 1, rb.own.data() + (nrows > 0 ? nrows - 1 : 0) * len};
+  }
+  return rb;
+}
+
 template <class A>
 std::vector<A> to_acc(const void* src, DType dt, i64 count) {
   std::vector<A> out(count + cpu::kPad, A(0));
@@ -155,11 +181,11 @@ void fprop_cpu(const ConvProblem& p, const void* x, const void* f, const void* b
   if (p.y_elems() == 0) return;
   with_kernels(p, [&](auto zero, const auto& k) {
     using A = decltype(zero);
-    const auto xa = to_nhwc<A>(x, p.dtype, p.layout, p.N, p.H, p.W, p.C, ex);
+    const auto xa = make_rows<A>(x, p.dtype, p.layout, p.N, p.H, p.W, p.C, ex);
     const auto fa = to_acc<A>(f, p.dtype, p.filter_elems());
     std::vector<A> ba;
     if (bias) ba = to_acc<A>(bias, p.dtype, p.Co);
-    k.fprop(p, xa.data(), fa.data(), bias ? ba.data() : nullptr, cpu::OutSpec{y, p.dtype, p.y_strides()}, ex);
+    k.fprop(p, xa.rows, fa.data(), bias ? ba.data() : nullptr, cpu::OutSpec{y, p.dtype, p.y_strides()}, ex);
   });
 }
 
@@ -167,26 +193,26 @@ void dgrad_cpu(const ConvProblem& p, const void* dy, const void* f, void* dx, co
   if (p.x_elems() == 0) return;
   with_kernels(p, [&](auto zero, const auto& k) {
     using A = decltype(zero);
-    const auto da = to_nhwc<A>(dy, p.dtype, p.layout, p.N, p.OH, p.OW, p.Co, ex);
+    const auto da = make_rows<A>(dy, p.dtype, p.layout, p.N, p.OH, p.OW, p.Co, ex);
     const auto fa = to_acc<A>(f, p.dtype, p.filter_elems());
-    k.dgrad(p, da.data(), fa.data(), cpu::OutSpec{dx, p.dtype, p.x_strides()}, ex);
+    k.dgrad(p, da.rows, fa.data(), cpu::OutSpec{dx, p.dtype, p.x_strides()}, ex);
   });
 }
 
 void wgrad_cpu(const ConvProblem& p, const void* x, const void* dy, void* dw, const CpuExecutor& ex) {
   with_kernels(p, [&](auto zero, const auto& k) {
     using A = decltype(zero);
-    const auto xa = to_nhwc<A>(x, p.dtype, p.layout, p.N, p.H, p.W, p.C, ex);
-    const auto da = to_nhwc<A>(dy, p.dtype, p.layout, p.N, p.OH, p.OW, p.Co, ex);
-    k.wgrad(p, xa.data(), da.data(), cpu::OutSpec{dw, p.dtype, Strides4{0, 0, 0, 1}}, ex);
+    const auto xa = make_rows<A>(x, p.dtype, p.layout, p.N, p.H, p.W, p.C, ex);
+    const auto da = make_rows<A>(dy, p.dtype, p.layout, p.N, p.OH, p.OW, p.Co, ex);
+    k.wgrad(p, xa.rows, da.rows, cpu::OutSpec{dw, p.dtype, Strides4{0, 0, 0, 1}}, ex);
   });
 }
 
 void bgrad_cpu(const ConvProblem& p, const void* dy, void* db, const CpuExecutor& ex) {
   with_kernels(p, [&](auto zero, const auto& k) {
     using A = decltype(zero);
-    const auto da = to_nhwc<A>(dy, p.dtype, p.layout, p.N, p.OH, p.OW, p.Co, ex);
-    k.bgrad(p, da.data(), cpu::OutSpec{db, p.dtype, Strides4{0, 0, 0, 1}}, ex);
+    const auto da = make_rows<A>(dy, p.dtype, p.layout, p.N, p.OH, p.OW, p.Co, ex);
+    k.bgrad(p, da.rows, cpu::OutSpec{db, p.dtype, Strides4{0, 0, 0, 1}}, ex);
   });
 }
 

@@ -50,7 +50,7 @@ struct Kernels {
   // ====================================================== Fprop
   // Dense: lanes over BW output channels of one group, PW output pixels of a row.
   template <int P>
-  static void fprop_dense(const ConvProblem& p, const T* x, const T* f, const T* bias, const OutSpec& y,
+  static void fprop_dense(const ConvProblem& p, const Rows<T>& x, const T* f, const T* bias, const OutSpec& y,
                           const CpuExecutor& ex) {
     const i64 cog = p.Cog(), nb = ceil_div(cog, BW), taps = p.KH * p.KW * p.Cg;
     // Filter packed per (group, block): [taps][BW], zero lanes past the group.
@@ -88,7 +88,7 @@ struct Kernels {
               const i64 iw = fprop_in_col(p, ow0 + q, kw);
               // Padded taps are fma with +0, exactly as the contract says.
               xp[q] = (row_in && iw >= 0 && iw < p.W && ow0 + q < p.OW)
-                          ? x + ((n * p.H + ih) * p.W + iw) * p.C + g * p.Cg
+                          ? x.row(n * p.H + ih) + iw * p.C + g * p.Cg
                           : zeros.data();
             }
             const T* wt = wg + (kh * p.KW + kw) * p.Cg * BW;
@@ -115,10 +115,53 @@ struct Kernels {
     return V::load(tmp);
   }
 
+  // Input with each channel repeated cog times, so that lane o of a depthwise
+  // kernel reads channel o contiguously (exact copies; kPad zeros at the end).
+  static std::vector<T> repeat_channels(const ConvProblem& p, const Rows<T>& x, i64 cog) {
+    const i64 rows = p.N * p.H, len = p.W * p.C * cog;
+    std::vector<T> out(rows * len + kPad, T(0));
+    for (i64 k = 0; k < rows; ++k) {
+      const T* src = x.row(k);
+      for (i64 e = 0; e < len; ++e) out[k * len + e] = src[e / cog];
+    }
+    return out;
+  }
+  static Rows<T> rows_of(const std::vector<T>& v, i64 nrows, i64 len) {
+    return Rows<T>{v.data(), len, nrows - 1, v.data() + (nrows - 1) * len};
+  }
+
+  // One depthwise block: P output pixels x BW channels, folded over (kh, kw)
+  // on private accumulators (see micro()). xs: channels per input pixel.
+  template <int P>
+  static inline __attribute__((always_inline)) void fprop_dw_block(R (&acc)[P][NV], const ConvProblem& p,
+                                                                   const Rows<T>& x, i64 xs, const T* wp, i64 cop,
+                                                                   const T* zeros, i64 n, i64 oh, i64 ow0, i64 o0) {
+    R a[P][NV];
+    for (int q = 0; q < P; ++q)
+      for (int j = 0; j < NV; ++j) a[q][j] = V::zero();
+    for (i64 kh = 0; kh < p.KH; ++kh) {
+      const i64 ih = fprop_in_row(p, oh, kh);
+      const bool row_in = ih >= 0 && ih < p.H;
+      const T* xrow = row_in ? x.row(n * p.H + ih) + o0 : zeros;
+      for (i64 kw = 0; kw < p.KW; ++kw) {
+        R fv[NV];
+        for (int j = 0; j < NV; ++j) fv[j] = V::load(wp + (kh * p.KW + kw) * cop + o0 + j * L);
+        for (int q = 0; q < P; ++q) {
+          const i64 iw = fprop_in_col(p, ow0 + q, kw);
+          // Padded taps are fma with +0, exactly as the contract says.
+          const T* px = (row_in && iw >= 0 && iw < p.W) ? xrow + iw * xs : zeros;
+          for (int j = 0; j < NV; ++j) a[q][j] = V::fma(V::load(px + j * L), fv[j], a[q][j]);
+        }
+      }
+    }
+    for (int q = 0; q < P; ++q)
+      for (int j = 0; j < NV; ++j) acc[q][j] = a[q][j];
+  }
+
   // Depthwise-like (Cg == 1): lanes over output channels across groups; lane o
   // reads input channel o / cog. Each fold is over (kh, kw) only.
   template <int P>
-  static void fprop_dw(const ConvProblem& p, const T* x, const T* f, const T* bias, const OutSpec& y,
+  static void fprop_dw(const ConvProblem& p, const Rows<T>& x, const T* f, const T* bias, const OutSpec& y,
                        const CpuExecutor& ex) {
     const i64 cog = p.Cog(), nb = ceil_div(p.Co, BW), cop = nb * BW, khw = p.KH * p.KW;
     std::vector<T> wp(khw * cop + kPad, T(0)), bp(cop + kPad, T(0));
@@ -126,6 +169,9 @@ struct Kernels {
       for (i64 o = 0; o < p.Co; ++o) wp[t * cop + o] = f[t * p.Co + o];
     if (bias)
       for (i64 o = 0; o < p.Co; ++o) bp[o] = bias[o];
+    std::vector<T> xr;
+    if (cog > 1) xr = repeat_channels(p, x, cog);
+    const Rows<T> xin = cog > 1 ? rows_of(xr, p.N * p.H, p.W * p.Co) : x;
     const std::vector<T> zeros(cop + kPad, T(0));
     const i64 owb = ceil_div(p.OW, P), units = p.N * p.OH * nb * owb;
     const Strides4 ys = y.s;
@@ -138,25 +184,7 @@ struct Kernels {
         const i64 oh = rem % p.OH, n = rem / p.OH;
         const i64 ow0 = wb * P, o0 = b * BW;
         R acc[P][NV];
-        for (int q = 0; q < P; ++q)
-          for (int j = 0; j < NV; ++j) acc[q][j] = V::zero();
-        for (i64 kh = 0; kh < p.KH; ++kh) {
-          const i64 ih = fprop_in_row(p, oh, kh);
-          const bool row_in = ih >= 0 && ih < p.H;
-          for (i64 kw = 0; kw < p.KW; ++kw) {
-            R fv[NV];
-            for (int j = 0; j < NV; ++j) fv[j] = V::load(wp.data() + (kh * p.KW + kw) * cop + o0 + j * L);
-            for (int q = 0; q < P; ++q) {
-              const i64 iw = fprop_in_col(p, ow0 + q, kw);
-              const bool in = row_in && iw >= 0 && iw < p.W && ow0 + q < p.OW;
-              const T* px = in ? x + ((n * p.H + ih) * p.W + iw) * p.C : nullptr;
-              for (int j = 0; j < NV; ++j) {
-                const R xv = in ? x_lanes_dw(px, o0 + j * L, cog, p.Co) : V::zero();
-                acc[q][j] = V::fma(xv, fv[j], acc[q][j]);
-              }
-            }
-          }
-        }
+        fprop_dw_block<P>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0);
         for (int q = 0; q < P; ++q)
           for (int j = 0; j < NV; ++j) {
             if (ow0 + q >= p.OW) continue;
@@ -168,7 +196,7 @@ struct Kernels {
     });
   }
 
-  static void fprop(const ConvProblem& p, const T* x, const T* f, const T* bias, const OutSpec& y,
+  static void fprop(const ConvProblem& p, const Rows<T>& x, const T* f, const T* bias, const OutSpec& y,
                     const CpuExecutor& ex) {
     if (p.Cg == 1 && p.Cog() < L) fprop_dw<PW>(p, x, f, bias, y, ex);
     else fprop_dense<PW>(p, x, f, bias, y, ex);
@@ -207,7 +235,7 @@ struct Kernels {
 
   // Dense: lanes over BW input channels i of one group.
   template <int P>
-  static void dgrad_dense(const ConvProblem& p, const T* dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
+  static void dgrad_dense(const ConvProblem& p, const Rows<T>& dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
     const i64 cog = p.Cog(), nb = ceil_div(p.Cg, BW), khw = p.KH * p.KW;
     // wt[g][b][kh][kw][o_local][BW] = f[kh, kw, b*BW + lane, g*cog + o_local]
     std::vector<T> wt(p.G * nb * khw * cog * BW);
@@ -245,7 +273,7 @@ struct Kernels {
             for (int q = 0; q < P; ++q) {
               const i64 ow = iw[q] >= 0 ? dgrad_out_col(p, iw[q], kw) : -1;
               valid[q] = ow >= 0;
-              dp[q] = valid[q] ? dy + ((n * p.OH + oh) * p.OW + ow) * p.Co + g * cog : nullptr;
+              dp[q] = valid[q] ? dy.row(n * p.OH + oh) + ow * p.Co + g * cog : nullptr;
             }
             const T* w = wt.data() + ((g * nb + b) * khw + kh * p.KW + kw) * cog * BW;
             // Same micro-kernel as the forward pass, over o_local instead of i.
@@ -286,7 +314,7 @@ struct Kernels {
   // Depthwise-like (Cg == 1): lanes over input channels c (= groups); lane c
   // folds over its group's output channels c*cog + m, m ascending.
   template <int P>
-  static void dgrad_dw(const ConvProblem& p, const T* dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
+  static void dgrad_dw(const ConvProblem& p, const Rows<T>& dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
     const i64 cog = p.Cog(), nb = ceil_div(p.C, BW), cp = nb * BW, khw = p.KH * p.KW;
     // wt[kh][kw][m][c] = f[kh, kw, 0, c*cog + m]
     std::vector<T> wt(khw * cog * cp + kPad, T(0));
@@ -318,7 +346,7 @@ struct Kernels {
             for (int q = 0; q < P; ++q) {
               const i64 ow = iw[q] >= 0 ? dgrad_out_col(p, iw[q], kw) : -1;
               valid[q] = ow >= 0;
-              dp[q] = valid[q] ? dy + ((n * p.OH + oh) * p.OW + ow) * p.Co : nullptr;
+              dp[q] = valid[q] ? dy.row(n * p.OH + oh) + ow * p.Co : nullptr;
             }
             for_valid_pixels<P>(valid, [&](int only) {
               for (i64 m = 0; m < cog; ++m)
@@ -339,7 +367,7 @@ struct Kernels {
     });
   }
 
-  static void dgrad(const ConvProblem& p, const T* dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
+  static void dgrad(const ConvProblem& p, const Rows<T>& dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
     if (p.Cg == 1) dgrad_dw<PW>(p, dy, f, dx, ex);
     else dgrad_dense<PW>(p, dy, f, dx, ex);
   }
@@ -371,7 +399,8 @@ struct Kernels {
   // The r loop of one dense dw tile, on private accumulators (see micro()).
   static inline __attribute__((always_inline)) void wgrad_dense_fold(R (&acc)[PW][NV], const ConvProblem& p,
                                                                      const Chunks& ch, i64 k, i64 kh, i64 kw,
-                                                                     const T* xg, const T* dyo, const T* zeros) {
+                                                                     const Rows<T>& x, i64 xoff, const Rows<T>& dy,
+                                                                     i64 dyoff, const T* zeros) {
     R a[PW][NV];
     for (int t = 0; t < PW; ++t)
       for (int j = 0; j < NV; ++j) a[t][j] = V::zero();
@@ -382,8 +411,8 @@ struct Kernels {
       const i64 seg = std::min(end - r, p.OW - ow);
       const i64 ih = fprop_in_row(p, oh, kh);
       const bool row_in = ih >= 0 && ih < p.H;
-      const T* xrow = xg + (n * p.H + ih) * p.W * p.C;
-      const T* dyr = dyo + r * p.Co;
+      const T* xrow = row_in ? x.row(n * p.H + ih) + xoff : zeros;
+      const T* dyr = dy.row(n * p.OH + oh) + ow * p.Co + dyoff;
       i64 iw = fprop_in_col(p, ow, kw);
       for (i64 e = 0; e < seg; ++e, iw += p.sw, dyr += p.Co) {
         // +0 in padding, exactly as the forward pass.
@@ -403,7 +432,7 @@ struct Kernels {
 
   // Dense: lanes over BW output channels of one group, P consecutive i of one
   // (kh, kw) tap in registers; the fold runs over r inside one chunk.
-  static void wgrad_dense(const ConvProblem& p, const Chunks& ch, const T* x, const T* dy, T* parts,
+  static void wgrad_dense(const ConvProblem& p, const Chunks& ch, const Rows<T>& x, const Rows<T>& dy, T* parts,
                           const CpuExecutor& ex) {
     constexpr int P = PW;
     const i64 cog = p.Cog(), nb = ceil_div(cog, BW), ib = ceil_div(p.Cg, P), F = p.filter_elems();
@@ -421,7 +450,7 @@ struct Kernels {
         const i64 g = rem % p.G, k = rem / p.G;
         const i64 i0 = bi * P, o0 = g * cog + b * BW;
         R acc[P][NV];
-        wgrad_dense_fold(acc, p, ch, k, kh, kw, x + g * p.Cg + i0, dy + o0, zeros.data());
+        wgrad_dense_fold(acc, p, ch, k, kh, kw, x, g * p.Cg + i0, dy, o0, zeros.data());
         for (int t = 0; t < P; ++t)
           for (int j = 0; j < NV; ++j) {
             if (i0 + t >= p.Cg) continue;
@@ -436,7 +465,7 @@ struct Kernels {
 
   static inline __attribute__((always_inline)) void wgrad_dw_fold(R (&acc)[PW][NV], const ConvProblem& p,
                                                                   const Chunks& ch, i64 k, i64 kh, i64 kw0, i64 o0,
-                                                                  const T* x, const T* dy) {
+                                                                  const Rows<T>& x, const Rows<T>& dy) {
     const i64 cog = p.Cog();
     R a[PW][NV];
     for (int t = 0; t < PW; ++t)
@@ -446,11 +475,12 @@ struct Kernels {
       const i64 ih = fprop_in_row(p, rc.oh, kh);
       const bool row_in = ih >= 0 && ih < p.H;
       R dv[NV];
-      for (int j = 0; j < NV; ++j) dv[j] = V::load(dy + r * p.Co + o0 + j * L);
+      const T* dyr = dy.row(rc.n * p.OH + rc.oh) + rc.ow * p.Co + o0;
+      for (int j = 0; j < NV; ++j) dv[j] = V::load(dyr + j * L);
       for (int t = 0; t < PW; ++t) {
         const i64 iw = fprop_in_col(p, rc.ow, kw0 + t);
         const bool in = row_in && iw >= 0 && iw < p.W && kw0 + t < p.KW;
-        const T* px = in ? x + ((rc.n * p.H + ih) * p.W + iw) * p.C : nullptr;
+        const T* px = in ? x.row(rc.n * p.H + ih) + iw * p.C : nullptr;
         for (int j = 0; j < NV; ++j) {
           const R xv = in ? x_lanes_dw(px, o0 + j * L, cog, p.Co) : V::zero();  // +0 in padding
           a[t][j] = V::fma(xv, dv[j], a[t][j]);
@@ -462,7 +492,7 @@ struct Kernels {
   }
 
   // Depthwise-like (Cg == 1): lanes over all output channels, P taps (kw) of one row.
-  static void wgrad_dw(const ConvProblem& p, const Chunks& ch, const T* x, const T* dy, T* parts,
+  static void wgrad_dw(const ConvProblem& p, const Chunks& ch, const Rows<T>& x, const Rows<T>& dy, T* parts,
                        const CpuExecutor& ex) {
     constexpr int P = PW;
     const i64 cog = p.Cog(), nb = ceil_div(p.Co, BW), kb = ceil_div(p.KW, P), F = p.filter_elems();
@@ -489,7 +519,7 @@ struct Kernels {
     });
   }
 
-  static void wgrad(const ConvProblem& p, const T* x, const T* dy, const OutSpec& dw, const CpuExecutor& ex) {
+  static void wgrad(const ConvProblem& p, const Rows<T>& x, const Rows<T>& dy, const OutSpec& dw, const CpuExecutor& ex) {
     const i64 F = p.filter_elems();
     const Chunks ch = reduction_chunks(p.R(), F);
     if (ch.P == 0) {  // no outputs: dw = +0
@@ -502,7 +532,7 @@ struct Kernels {
     combine(ch, F, parts.data(), dw, ex);
   }
 
-  static void bgrad(const ConvProblem& p, const T* dy, const OutSpec& db, const CpuExecutor& ex) {
+  static void bgrad(const ConvProblem& p, const Rows<T>& dy, const OutSpec& db, const CpuExecutor& ex) {
     const i64 F = p.Co;
     const Chunks ch = reduction_chunks(p.R(), F);
     if (ch.P == 0) {
@@ -517,7 +547,12 @@ struct Kernels {
       for (i64 u = u0; u < u1; ++u) {
         const i64 b = u % nb, k = u / nb, o0 = b * L;
         R s = V::zero();
-        for (i64 r = ch.begin(k); r < ch.end(k); ++r) s = V::add(s, V::load(dy + r * F + o0));
+        for (i64 r = ch.begin(k), end = ch.end(k); r < end;) {  // r ascending, one output row at a time
+          const i64 ow = r % p.OW, seg = std::min(end - r, p.OW - ow);
+          const T* d = dy.row(r / p.OW) + ow * F + o0;
+          for (i64 e = 0; e < seg; ++e) s = V::add(s, V::load(d + e * F));
+          r += seg;
+        }
         V::store(tmp, s);
         for (i64 l = 0; l < L && o0 + l < F; ++l) parts[k * F + o0 + l] = tmp[l];
       }
