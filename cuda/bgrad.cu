@@ -13,9 +13,11 @@ std::size_t bgrad_gpu_workspace_bytes(const ConvProblem& p) {
 }
 
 const char* bgrad_gpu(const ConvProblem& p, const void* dy, void* db, void* workspace, void* stream) {
-  if (const char* err = gpu::check_problem(p)) return err;
+  if (const char* err = gpu::check_bgrad_problem(p)) return err;
+  if (p.Co == 0) return nullptr;
   if (db == nullptr) return "detconv bgrad_gpu: bias gradient is null";
   if (p.R() > 0 && dy == nullptr) return "detconv bgrad_gpu: output gradient is null";
+  gpu::DeviceGuard guard(static_cast<cudaStream_t>(stream));
   return gpu::dispatch_num(p, [&](auto num) {
     using Num = decltype(num);
     return gpu::launch_bgrad<Num>(p, dy, db, workspace, static_cast<cudaStream_t>(stream), "bgrad_gpu");

@@ -14,6 +14,7 @@
 #pragma once
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 
@@ -146,6 +147,79 @@ inline const char* check_problem(const ConvProblem& p) {
       p.OH >= lim || p.OW >= lim)
     return "detconv: a dimension exceeds 2^31";
   return nullptr;
+}
+
+// Launches kernel<<<grid, block, 0, stream>>>(args...) and checks the launch.
+// Built with DETCONV_CUDA_EMULATION (tests/gpu/emu), the same kernel runs on
+// the host under a cooperative thread emulator instead, so that the tiling
+// and indexing logic can be tested bit for bit on a machine without a GPU.
+template <class... KArgs, class... Args>
+const char* launch(void (*kernel)(KArgs...), unsigned grid, unsigned block, cudaStream_t stream, const char* where,
+                   Args&&... args) {
+#if defined(DETCONV_CUDA_EMULATION)
+  (void)stream;
+  (void)where;
+  emu::run_grid(grid, block, [&] { kernel(KArgs(args)...); });
+  return nullptr;
+#else
+  kernel<<<grid, block, 0, stream>>>(KArgs(args)...);
+  return check_launch(where);
+#endif
+}
+
+// Makes the stream's device current for the launches of one entry point and
+// restores the caller's device afterwards, so a caller whose current device
+// differs from its stream's (a framework thread serving several GPUs) still
+// launches on the right one. The legacy default stream (nullptr) means "the
+// current device" and is left alone.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(cudaStream_t stream) {
+#if !defined(DETCONV_CUDA_EMULATION) && CUDART_VERSION >= 12080
+    int dev = -1;
+    if (stream != nullptr && cudaStreamGetDevice(stream, &dev) == cudaSuccess && cudaGetDevice(&prev_) == cudaSuccess &&
+        dev != prev_) {
+      if (cudaSetDevice(dev) == cudaSuccess) switched_ = true;
+    }
+    cudaGetLastError();  // a stream the runtime cannot map is reported by the launch itself
+#else
+    (void)stream;
+#endif
+  }
+  ~DeviceGuard() {
+#if !defined(DETCONV_CUDA_EMULATION)
+    if (switched_) cudaSetDevice(prev_);
+#endif
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = -1;
+  bool switched_ = false;
+};
+
+// Bias gradients read only the output-shaped part of a problem (N, OH, OW, Co,
+// layout, dtype, accumulation): the TensorFlow op fills nothing else.
+inline const char* check_bgrad_problem(const ConvProblem& p) {
+  if (p.N < 0 || p.OH < 0 || p.OW < 0 || p.Co < 0) return "detconv: invalid problem dimensions";
+  const i64 lim = i64(1) << 31;
+  if (p.N >= lim || p.OH >= lim || p.OW >= lim || p.Co >= lim) return "detconv: a dimension exceeds 2^31";
+  return nullptr;
+}
+
+// Below this many blocks a kernel switches to smaller tiles (about two blocks
+// per SM of a large GPU).
+constexpr i64 kFewBlocks = 264;
+
+// Testing knob: DETCONV_CUDA_TILE=0|1|2 forces one tile shape for every launch
+// (conv: wide, narrow, small; wgrad: wide, few rows, few columns), so tests can
+// run each shape on any problem. Unset: chosen by the problem's shape. Tile
+// shapes never change a bit.
+inline int forced_tile() {
+  const char* v = std::getenv("DETCONV_CUDA_TILE");
+  if (v == nullptr || v[0] < '0' || v[0] > '2' || v[1] != 0) return -1;
+  return v[0] - '0';
 }
 
 // Grid size for grid-stride loops over `tiles` tiles.

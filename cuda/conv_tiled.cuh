@@ -52,8 +52,11 @@ struct ConvCfg {
 
 // Wide tiles for groups with many channels; a tall-narrow tile when every
 // column tile would be mostly empty (few output channels, narrow groups).
+// Small tiles when wide ones would leave most of the GPU idle (small batch and
+// spatial size, many channels): more blocks, the same folds.
 using ConvWide = ConvCfg<64, 64, 4, 4, 16, 64>;
 using ConvNarrow = ConvCfg<128, 8, 4, 1, 16, 16>;
+using ConvSmall = ConvCfg<32, 32, 2, 2, 16, 32>;
 
 template <bool kDgrad>
 inline ConvGeo make_conv_geo(const ConvProblem& p, int TP, int TJ, int KC, int AROWS) {
@@ -302,19 +305,31 @@ const char* launch_conv(const ConvProblem& p, const void* a_src, const void* fil
   using T = typename Num::T;
   const ConvGeo geo = make_conv_geo<kDgrad>(p, Cfg::TP, Cfg::TJ, Cfg::KC, Cfg::AROWS);
   if (geo.n_tiles <= 0) return nullptr;
-  conv_tiled_kernel<Num, kDgrad, Cfg><<<grid_for(geo.n_tiles), Cfg::NT, 0, stream>>>(
-      p, geo, static_cast<const T*>(a_src), static_cast<const T*>(filt), static_cast<const T*>(bias),
-      static_cast<T*>(out));
-  return check_launch(where);
+  return launch(&conv_tiled_kernel<Num, kDgrad, Cfg>, grid_for(geo.n_tiles), Cfg::NT, stream, where, p, geo,
+                static_cast<const T*>(a_src), static_cast<const T*>(filt), static_cast<const T*>(bias),
+                static_cast<T*>(out));
 }
 
 template <class Num, bool kDgrad>
 const char* launch_conv_any(const ConvProblem& p, const void* a_src, const void* filt, const void* bias, void* out,
                             cudaStream_t stream, const char* where) {
   const i64 Jg = kDgrad ? p.Cg : p.Cog();
-  const double wide = conv_col_use(Jg, p.G, ConvWide::TJ), narrow = conv_col_use(Jg, p.G, ConvNarrow::TJ);
-  if (wide < 0.5 && narrow > wide) return launch_conv<Num, kDgrad, ConvNarrow>(p, a_src, filt, bias, out, stream, where);
-  return launch_conv<Num, kDgrad, ConvWide>(p, a_src, filt, bias, out, stream, where);
+  int cfg = forced_tile();  // testing knob; -1: choose by shape
+  if (cfg < 0) {
+    const double wide = conv_col_use(Jg, p.G, ConvWide::TJ), narrow = conv_col_use(Jg, p.G, ConvNarrow::TJ);
+    const i64 wide_tiles = make_conv_geo<kDgrad>(p, ConvWide::TP, ConvWide::TJ, ConvWide::KC, ConvWide::AROWS).n_tiles;
+    if (wide < 0.5 && narrow > wide)
+      cfg = 1;
+    else if (wide_tiles < kFewBlocks)
+      cfg = 2;
+    else
+      cfg = 0;
+  }
+  switch (cfg) {
+    case 1: return launch_conv<Num, kDgrad, ConvNarrow>(p, a_src, filt, bias, out, stream, where);
+    case 2: return launch_conv<Num, kDgrad, ConvSmall>(p, a_src, filt, bias, out, stream, where);
+    default: return launch_conv<Num, kDgrad, ConvWide>(p, a_src, filt, bias, out, stream, where);
+  }
 }
 
 }  // namespace gpu

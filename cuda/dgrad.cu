@@ -9,6 +9,7 @@ const char* dgrad_gpu(const ConvProblem& p, const void* dy, const void* f, void*
   if (p.x_elems() == 0) return nullptr;
   if (dy == nullptr && p.y_elems() > 0) return "detconv dgrad_gpu: output gradient is null";
   if (f == nullptr || dx == nullptr) return "detconv dgrad_gpu: filters or input gradient is null";
+  gpu::DeviceGuard guard(static_cast<cudaStream_t>(stream));
   return gpu::dispatch_num(p, [&](auto num) {
     using Num = decltype(num);
     return gpu::launch_conv_any<Num, true>(p, dy, f, nullptr, dx, static_cast<cudaStream_t>(stream), "dgrad_gpu");

@@ -9,6 +9,7 @@ const char* fprop_gpu(const ConvProblem& p, const void* x, const void* f, const 
   if (p.y_elems() == 0) return nullptr;
   if (x == nullptr && p.x_elems() > 0) return "detconv fprop_gpu: input is null";
   if (f == nullptr || y == nullptr) return "detconv fprop_gpu: filters or output is null";
+  gpu::DeviceGuard guard(static_cast<cudaStream_t>(stream));
   return gpu::dispatch_num(p, [&](auto num) {
     using Num = decltype(num);
     return gpu::launch_conv_any<Num, false>(p, x, f, bias, y, static_cast<cudaStream_t>(stream), "fprop_gpu");

@@ -267,9 +267,8 @@ combine_parts_kernel(i64 F, Chunks chunks, const typename Num::S* __restrict__ w
 template <class Num>
 const char* launch_combine(i64 F, const Chunks& ch, const void* ws, void* out, cudaStream_t stream, const char* where) {
   if (F <= 0) return nullptr;
-  combine_parts_kernel<Num><<<grid_for(ceil_div(F, 256)), 256, 0, stream>>>(
-      F, ch, static_cast<const typename Num::S*>(ws), static_cast<typename Num::T*>(out));
-  return check_launch(where);
+  return launch(&combine_parts_kernel<Num>, grid_for(ceil_div(F, 256)), 256, stream, where, F, ch,
+                static_cast<const typename Num::S*>(ws), static_cast<typename Num::T*>(out));
 }
 
 template <class Num, class Cfg>
@@ -278,9 +277,8 @@ const char* launch_wgrad_parts(const ConvProblem& p, const Chunks& ch, const voi
   using T = typename Num::T;
   const WgradGeo geo = make_wgrad_geo(p, ch, Cfg::TI, Cfg::TJ, Cfg::XCOLS);
   if (geo.n_tiles <= 0) return nullptr;
-  wgrad_part_kernel<Num, Cfg><<<grid_for(geo.n_tiles), Cfg::NT, 0, stream>>>(
-      p, geo, ch, static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<typename Num::S*>(ws));
-  return check_launch(where);
+  return launch(&wgrad_part_kernel<Num, Cfg>, grid_for(geo.n_tiles), Cfg::NT, stream, where, p, geo, ch,
+                static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<typename Num::S*>(ws));
 }
 
 template <class Num>
@@ -289,15 +287,19 @@ const char* launch_wgrad(const ConvProblem& p, const void* x, const void* dy, vo
   const Chunks ch = reduction_chunks(p.R(), p.filter_elems());
   if (ch.P > 0) {
     if (ws == nullptr) return "detconv wgrad_gpu: workspace is null";
-    const double wide = wgrad_use<WgradWide>(p, ch), rows = wgrad_use<WgradFewRows>(p, ch),
-                 cols = wgrad_use<WgradFewCols>(p, ch);
+    int cfg = forced_tile();  // testing knob; -1: choose by shape
+    if (cfg < 0) {
+      const double wide = wgrad_use<WgradWide>(p, ch), rows = wgrad_use<WgradFewRows>(p, ch),
+                   cols = wgrad_use<WgradFewCols>(p, ch);
+      cfg = (wide >= 0.5 || (wide >= rows && wide >= cols)) ? 0 : (rows >= cols ? 1 : 2);
+    }
     const char* err;
-    if (wide >= 0.5 || (wide >= rows && wide >= cols))
-      err = launch_wgrad_parts<Num, WgradWide>(p, ch, x, dy, ws, stream, where);
-    else if (rows >= cols)
+    if (cfg == 1)
       err = launch_wgrad_parts<Num, WgradFewRows>(p, ch, x, dy, ws, stream, where);
-    else
+    else if (cfg == 2)
       err = launch_wgrad_parts<Num, WgradFewCols>(p, ch, x, dy, ws, stream, where);
+    else
+      err = launch_wgrad_parts<Num, WgradWide>(p, ch, x, dy, ws, stream, where);
     if (err) return err;
   }
   return launch_combine<Num>(p.filter_elems(), ch, ws, dw, stream, where);
@@ -311,9 +313,9 @@ const char* launch_bgrad(const ConvProblem& p, const void* dy, void* db, void* w
   if (ch.P > 0) {
     if (ws == nullptr) return "detconv bgrad_gpu: workspace is null";
     const i64 n_otiles = ceil_div(p.Co, TO);
-    bgrad_part_kernel<Num, TO, KR><<<grid_for(ch.P * n_otiles), TO, 0, stream>>>(
-        p, ch, n_otiles, static_cast<const typename Num::T*>(dy), static_cast<typename Num::S*>(ws));
-    if (const char* err = check_launch(where)) return err;
+    const char* err = launch(&bgrad_part_kernel<Num, TO, KR>, grid_for(ch.P * n_otiles), TO, stream, where, p, ch,
+                             n_otiles, static_cast<const typename Num::T*>(dy), static_cast<typename Num::S*>(ws));
+    if (err) return err;
   }
   return launch_combine<Num>(p.Co, ch, ws, db, stream, where);
 }

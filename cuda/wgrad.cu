@@ -14,6 +14,7 @@ const char* wgrad_gpu(const ConvProblem& p, const void* x, const void* dy, void*
   if (const char* err = gpu::check_problem(p)) return err;
   if (dw == nullptr) return "detconv wgrad_gpu: filter gradient is null";
   if (p.R() > 0 && (x == nullptr || dy == nullptr)) return "detconv wgrad_gpu: input or output gradient is null";
+  gpu::DeviceGuard guard(static_cast<cudaStream_t>(stream));
   return gpu::dispatch_num(p, [&](auto num) {
     using Num = decltype(num);
     return gpu::launch_wgrad<Num>(p, x, dy, dw, workspace, static_cast<cudaStream_t>(stream), "wgrad_gpu");

@@ -495,7 +495,7 @@ struct Kernels {
   static void wgrad_dw(const ConvProblem& p, const Chunks& ch, const Rows<T>& x, const Rows<T>& dy, T* parts,
                        const CpuExecutor& ex) {
     constexpr int P = PW;
-    const i64 cog = p.Cog(), nb = ceil_div(p.Co, BW), kb = ceil_div(p.KW, P), F = p.filter_elems();
+    const i64 nb = ceil_div(p.Co, BW), kb = ceil_div(p.KW, P), F = p.filter_elems();
     const i64 units = ch.P * nb * p.KH * kb;
     ex.parallel_for(units, ch.L * P * BW, [&](i64 u0, i64 u1) {
       FpEnvGuard guard;

@@ -1,0 +1,496 @@
+"""detconv's raw kernels on NumPy, CuPy and PyTorch arrays - no TensorFlow needed.
+
+The same bits from every library and device: each function runs the CPU
+kernels on NumPy arrays (and PyTorch CPU tensors), and the CUDA kernels on
+CuPy arrays and PyTorch CUDA tensors - on the array's device and that
+library's current stream - and returns an array of the same kind. Results are
+bit-identical to :mod:`detconv.reference` and to the TensorFlow ops (numerics
+contract, order version ``ORDER_VERSION``).
+
+Parameters mirror :mod:`detconv.reference`: arrays are NHWC (logical layout)
+and filters HWIO; ``strides`` and ``dilations`` are an int or an (h, w) pair;
+``padding`` is "SAME", "VALID" or ``((pt, pb), (pl, pr))``; groups are
+inferred (input channels = groups * filter in-channels). Extra keywords:
+
+* ``data_format="NHWC" | "NCHW"``: memory layout of the input- and
+  output-shaped arrays (and of ``input_shape``); never changes a bit;
+* ``threads``: CPU threads (default: all hardware threads).
+
+GPU work is asynchronous on the caller's current stream, like any CuPy or
+PyTorch operation. Workspaces (filter and bias gradients) are allocated from
+the calling library's memory pool.
+"""
+
+import numbers
+
+import numpy as np
+
+__all__ = [
+    "ORDER_VERSION",
+    "conv2d",
+    "conv2d_backprop_input",
+    "conv2d_backprop_filter",
+    "bias_grad",
+    "cuda_available",
+    "cpu_isa",
+    "set_cpu_isa",
+]
+
+ORDER_VERSION = 1
+
+_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+# ------------------------------------------------------------ native module
+
+def _native():
+    try:
+        from detconv import _kernels
+    except ImportError as e:
+        raise ImportError(
+            "detconv's kernel module (detconv/_kernels*.so) is not built: install the package with "
+            "`pip install .`, or build it with `cmake -S . -B build -DDETCONV_WITH_TF=OFF && "
+            "cmake --build build`") from e
+    return _kernels
+
+
+def cuda_available():
+    """True when the kernels were built with CUDA and a CUDA device is visible."""
+    try:
+        k = _native()
+    except ImportError:
+        return False
+    return bool(k.gpu_built()) and k.cuda_device_count() > 0
+
+
+def cpu_isa():
+    """The CPU kernel path in use: 'scalar', 'avx2' or 'avx512'."""
+    return _native().cpu_isa()
+
+
+def set_cpu_isa(isa):
+    """Forces the CPU kernel path ('auto', 'scalar', 'avx2', 'avx512') of this module.
+
+    Every path gives the same bits; this exists for testing. Raises ValueError
+    if the machine cannot run it.
+    """
+    if not isinstance(isa, str):
+        raise TypeError(f"isa: expected a string, got {type(isa).__name__}")
+    k = _native()
+    if not k.cpu_isa_force(isa):
+        raise ValueError(f"isa: this CPU cannot run the '{isa}' kernels")
+
+
+# ------------------------------------------------------------- array kinds
+
+class _NumPy:
+    """NumPy arrays (and anything np.asarray takes): CPU kernels."""
+
+    gpu = False
+
+    def __init__(self, torch_cpu=None):
+        self.torch = torch_cpu  # set: PyTorch CPU tensors, results as tensors
+
+    def prepare(self, a):
+        if self.torch is not None:
+            return a.detach().contiguous()
+        if not a.dtype.isnative:  # kernels read native byte order
+            a = a.astype(a.dtype.newbyteorder("="))
+        return np.ascontiguousarray(a)
+
+    def dtype_name(self, a):
+        return str(a.dtype).replace("torch.", "") if self.torch is not None else a.dtype.name
+
+    def ptr(self, a):
+        return a.data_ptr() if self.torch is not None else a.ctypes.data
+
+    def empty(self, shape, like):
+        if self.torch is not None:
+            return self.torch.empty(shape, dtype=like.dtype)
+        return np.empty(shape, dtype=like.dtype)
+
+    def device(self, like):
+        return _NullContext()
+
+
+class _CuPy:
+    gpu = True
+
+    def __init__(self, cupy):
+        self.cp = cupy
+
+    def prepare(self, a):
+        return self.cp.ascontiguousarray(a)
+
+    @staticmethod
+    def dtype_name(a):
+        return a.dtype.name
+
+    @staticmethod
+    def ptr(a):
+        return a.data.ptr
+
+    def empty(self, shape, like, dtype=None):
+        return self.cp.empty(shape, dtype=like.dtype if dtype is None else dtype)
+
+    def workspace(self, nbytes, like):
+        return self.cp.empty((nbytes,), dtype=self.cp.uint8)
+
+    def stream(self, like):
+        return self.cp.cuda.get_current_stream().ptr
+
+    @staticmethod
+    def device_key(a):
+        return ("cupy", a.device.id)
+
+    def device(self, like):
+        return like.device
+
+
+class _TorchCuda:
+    gpu = True
+
+    def __init__(self, torch):
+        self.torch = torch
+
+    @staticmethod
+    def prepare(a):
+        return a.detach().contiguous()
+
+    @staticmethod
+    def dtype_name(a):
+        return str(a.dtype).replace("torch.", "")
+
+    @staticmethod
+    def ptr(a):
+        return a.data_ptr()
+
+    def empty(self, shape, like):
+        return self.torch.empty(shape, dtype=like.dtype, device=like.device)
+
+    def workspace(self, nbytes, like):
+        return self.torch.empty((nbytes,), dtype=self.torch.uint8, device=like.device)
+
+    def stream(self, like):
+        return self.torch.cuda.current_stream(like.device).cuda_stream
+
+    @staticmethod
+    def device_key(a):
+        return ("torch", a.device.index)
+
+    def device(self, like):
+        return self.torch.cuda.device(like.device)
+
+
+class _NullContext:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _library_of(a):
+    mod = type(a).__module__.split(".")[0]
+    if mod == "cupy":
+        return "cupy"
+    if mod == "torch":
+        return "torch"
+    return "numpy"
+
+
+def _arrays(**named):
+    """Checks that the arrays come from one library (and one device) and share a
+    supported dtype; returns (backend, {name: contiguous array}, dtype name)."""
+    items = [(k, v) for k, v in named.items() if v is not None]
+    libs = {k: _library_of(v) for k, v in items}
+    kinds = set(libs.values())
+    if len(kinds) > 1:
+        desc = ", ".join(f"{k} is {lib}" for k, lib in libs.items())
+        raise TypeError(f"{items[1][0]}: all arrays must come from one library ({desc})")
+    kind = kinds.pop()
+    if kind == "cupy":
+        import cupy
+
+        be = _CuPy(cupy)
+    elif kind == "torch":
+        import torch
+
+        for k, v in items:
+            if not isinstance(v, torch.Tensor):
+                raise TypeError(f"{k}: expected a torch.Tensor, got {type(v).__name__}")
+        cuda = {k: v.is_cuda for k, v in items}
+        if len(set(cuda.values())) > 1:
+            raise TypeError(f"{items[1][0]}: mixes CPU and CUDA tensors")
+        be = _TorchCuda(torch) if items[0][1].is_cuda else _NumPy(torch_cpu=torch)
+    else:
+        be = _NumPy()
+    out = {}
+    for k, v in named.items():
+        if v is None:
+            out[k] = None
+            continue
+        if kind == "numpy":
+            v = np.asarray(v)
+        out[k] = be.prepare(v)
+    if be.gpu:
+        devs = {k: be.device_key(v) for k, v in out.items() if v is not None}
+        if len(set(devs.values())) > 1:
+            raise ValueError(f"{items[1][0]}: all arrays must be on one device, got {devs}")
+    dtype = None
+    for k, v in out.items():
+        if v is None:
+            continue
+        name = be.dtype_name(v)
+        if name not in _DTYPES:
+            raise TypeError(f"{k}: dtype must be float16, bfloat16, float32 or float64, got {name}")
+        if dtype is None:
+            dtype = name
+        elif name != dtype:
+            raise TypeError(f"{k}: dtype {name} differs from the other operands' {dtype}")
+    return be, out, dtype
+
+
+# ------------------------------------------------------------ argument checks
+
+def _int(v, name):
+    if not isinstance(v, numbers.Integral) or isinstance(v, bool):
+        raise TypeError(f"{name}: expected an int, got {v!r}")
+    return int(v)
+
+
+def _layout(data_format):
+    if data_format not in ("NHWC", "NCHW"):
+        raise ValueError(f"data_format: expected 'NHWC' or 'NCHW', got {data_format!r}")
+    return data_format
+
+
+def _pair(v, name, data_format):
+    """int, (h, w), or TensorFlow's 4 values in the data format's order (batch and channel 1)."""
+    if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+        v = (int(v), int(v))
+    try:
+        seq = tuple(v)
+    except TypeError:
+        raise TypeError(f"{name}: expected an int or a pair of ints, got {v!r}") from None
+    if not all(isinstance(s, numbers.Integral) and not isinstance(s, bool) for s in seq):
+        raise TypeError(f"{name}: expected ints, got {v!r}")
+    if len(seq) == 4:
+        n, h, w, c = (seq[0], seq[1], seq[2], seq[3]) if data_format == "NHWC" else (seq[0], seq[2], seq[3], seq[1])
+        if n != 1 or c != 1:
+            raise ValueError(f"{name}: batch and channel entries must be 1, got {v!r}")
+        seq = (h, w)
+    if len(seq) == 1:
+        seq = (seq[0], seq[0])
+    if len(seq) != 2:
+        raise ValueError(f"{name}: expected an int or a pair of ints, got {v!r}")
+    h, w = int(seq[0]), int(seq[1])
+    if h < 1 or w < 1:
+        raise ValueError(f"{name}: must be >= 1, got {v!r}")
+    return h, w
+
+
+def _padding(padding, data_format):
+    """-> (mode, pt, pb, pl, pr)."""
+    if isinstance(padding, str):
+        mode = padding.upper()
+        if mode not in ("SAME", "VALID"):
+            raise ValueError(f"padding: expected 'SAME', 'VALID' or ((pt, pb), (pl, pr)), got {padding!r}")
+        return mode, 0, 0, 0, 0
+    try:
+        pairs = [tuple(p) for p in padding]
+    except TypeError:
+        raise ValueError(f"padding: expected 'SAME', 'VALID' or ((pt, pb), (pl, pr)), got {padding!r}") from None
+    if len(pairs) == 4:  # TensorFlow's explicit form, in the data format's order
+        n, h, w, c = pairs if data_format == "NHWC" else (pairs[0], pairs[2], pairs[3], pairs[1])
+        if tuple(n) != (0, 0) or tuple(c) != (0, 0):
+            raise ValueError(f"padding: batch and channel padding must be 0, got {padding!r}")
+        pairs = [h, w]
+    if len(pairs) != 2 or any(len(p) != 2 for p in pairs):
+        raise ValueError(f"padding: expected 'SAME', 'VALID' or ((pt, pb), (pl, pr)), got {padding!r}")
+    vals = [v for p in pairs for v in p]
+    if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in vals):
+        raise ValueError(f"padding: explicit padding must be ints, got {padding!r}")
+    if min(vals) < 0:
+        raise ValueError(f"padding: explicit padding must be >= 0, got {padding!r}")
+    return ("EXPLICIT", *(int(v) for v in vals))
+
+
+def _accum(dtype, accumulation):
+    if accumulation is None:
+        return ""
+    if accumulation == "float32":
+        if dtype == "float64":
+            raise ValueError("accumulation: 'float32' is not available for float64 inputs "
+                             "(they accumulate in float64)")
+        return ""
+    if accumulation == "float16":
+        if dtype != "float16":
+            raise ValueError(f"accumulation: 'float16' needs float16 inputs, got {dtype}")
+        return "float16"
+    raise ValueError(f"accumulation: expected None, 'float32' or 'float16', got {accumulation!r}")
+
+
+def _nhwc(shape, data_format, name):
+    shape = tuple(int(d) for d in shape)
+    if len(shape) != 4:
+        raise ValueError(f"{name}: expected a 4-D {data_format} shape, got {shape}")
+    if data_format == "NCHW":
+        n, c, h, w = shape
+        return n, h, w, c
+    return shape
+
+
+def _in_format(n, h, w, c, data_format):
+    return (n, h, w, c) if data_format == "NHWC" else (n, c, h, w)
+
+
+def _shape_arg(v, name):
+    try:
+        s = tuple(v)
+    except TypeError:
+        raise TypeError(f"{name}: expected 4 ints, got {v!r}") from None
+    if len(s) != 4:
+        raise ValueError(f"{name}: expected 4 ints, got {v!r}")
+    return tuple(_int(d, name) for d in s)
+
+
+def _problem(x_nhwc, f_shape, strides, padding, dilations, data_format, dtype, accum, x_name, f_name):
+    N, H, W, C = x_nhwc
+    if len(f_shape) != 4:
+        raise ValueError(f"{f_name}: expected a 4-D HWIO shape, got {tuple(f_shape)}")
+    KH, KW, Cg, Co = (int(d) for d in f_shape)
+    if min(N, H, W, C) < 0:
+        raise ValueError(f"{x_name}: negative dimension in {x_nhwc}")
+    if min(KH, KW, Cg, Co) <= 0:
+        raise ValueError(f"{f_name}: every dimension must be positive, got {tuple(f_shape)}")
+    if C == 0 or C % Cg != 0:
+        raise ValueError(f"{f_name}: input channels ({C}) must be a positive multiple of the filter's "
+                         f"in-channels ({Cg})")
+    if Co % (C // Cg) != 0:
+        raise ValueError(f"{f_name}: out-channels ({Co}) must be divisible by the number of groups ({C // Cg})")
+    sh, sw = _pair(strides, "strides", data_format)
+    dh, dw = _pair(dilations, "dilations", data_format)
+    mode, pt, pb, pl, pr = _padding(padding, data_format)
+    return _native().Problem(N, H, W, C, KH, KW, Cg, Co, sh, sw, dh, dw, mode, pt, pb, pl, pr,
+                             data_format, dtype, accum)
+
+
+def _threads(threads):
+    if threads is None:
+        return 0
+    t = _int(threads, "threads")
+    if t < 1:
+        raise ValueError(f"threads: must be >= 1, got {threads!r}")
+    return t
+
+
+# ------------------------------------------------------------- computations
+
+def conv2d(x, f, strides=1, padding="VALID", dilations=1, *, bias=None, accumulation=None,
+           data_format="NHWC", threads=None):
+    """y[n, oh, ow, o] = round(add(fold_{kh, kw, i} fma(x, f, acc), bias)), same kind as x."""
+    data_format = _layout(data_format)
+    be, a, dtype = _arrays(x=x, f=f, bias=bias)
+    x, f, bias = a["x"], a["f"], a["bias"]
+    accum = _accum(dtype, accumulation)
+    p = _problem(_nhwc(x.shape, data_format, "x"), tuple(f.shape), strides, padding, dilations, data_format,
+                 dtype, accum, "x", "f")
+    if bias is not None and tuple(bias.shape) != (p.Co,):
+        raise ValueError(f"bias: expected shape ({p.Co},), got {tuple(bias.shape)}")
+    nthreads = _threads(threads)
+    k = _native()
+    with be.device(x):
+        y = be.empty(_in_format(p.N, p.OH, p.OW, p.Co, data_format), x)
+        bptr = be.ptr(bias) if bias is not None else 0
+        if be.gpu:
+            _need_gpu(k)
+            k.fprop_gpu(p, be.ptr(x), be.ptr(f), bptr, be.ptr(y), be.stream(x))
+        else:
+            k.fprop_cpu(p, be.ptr(x), be.ptr(f), bptr, be.ptr(y), nthreads)
+    return y
+
+
+def conv2d_backprop_input(dy, f, input_shape, strides=1, padding="VALID", dilations=1, *, accumulation=None,
+                          data_format="NHWC", threads=None):
+    """dx[n, ih, iw, c] = round(fold_{kh, kw, o in group(c)} fma(dy, f, acc)); input_shape in data_format."""
+    data_format = _layout(data_format)
+    be, a, dtype = _arrays(dy=dy, f=f)
+    dy, f = a["dy"], a["f"]
+    accum = _accum(dtype, accumulation)
+    x_nhwc = _nhwc(_shape_arg(input_shape, "input_shape"), data_format, "input_shape")
+    p = _problem(x_nhwc, tuple(f.shape), strides, padding, dilations, data_format, dtype, accum,
+                 "input_shape", "f")
+    want = _in_format(p.N, p.OH, p.OW, p.Co, data_format)
+    if tuple(dy.shape) != want:
+        raise ValueError(f"dy: expected shape {want} for this input_shape and filter, got {tuple(dy.shape)}")
+    nthreads = _threads(threads)
+    k = _native()
+    with be.device(dy):
+        dx = be.empty(_in_format(*x_nhwc, data_format), dy)
+        if be.gpu:
+            _need_gpu(k)
+            k.dgrad_gpu(p, be.ptr(dy), be.ptr(f), be.ptr(dx), be.stream(dy))
+        else:
+            k.dgrad_cpu(p, be.ptr(dy), be.ptr(f), be.ptr(dx), nthreads)
+    return dx
+
+
+def conv2d_backprop_filter(x, dy, filter_shape, strides=1, padding="VALID", dilations=1, *, accumulation=None,
+                           data_format="NHWC", threads=None):
+    """dw[kh, kw, i, o]: the contract's chunked fold over (n, oh, ow); filter_shape is HWIO."""
+    data_format = _layout(data_format)
+    be, a, dtype = _arrays(x=x, dy=dy)
+    x, dy = a["x"], a["dy"]
+    accum = _accum(dtype, accumulation)
+    filter_shape = _shape_arg(filter_shape, "filter_shape")
+    p = _problem(_nhwc(x.shape, data_format, "x"), filter_shape, strides, padding, dilations, data_format,
+                 dtype, accum, "x", "filter_shape")
+    want = _in_format(p.N, p.OH, p.OW, p.Co, data_format)
+    if tuple(dy.shape) != want:
+        raise ValueError(f"dy: expected shape {want} for this x and filter_shape, got {tuple(dy.shape)}")
+    nthreads = _threads(threads)
+    k = _native()
+    with be.device(x):
+        dw = be.empty(filter_shape, x)
+        if be.gpu:
+            _need_gpu(k)
+            nbytes = p.wgrad_gpu_workspace_bytes
+            ws = be.workspace(nbytes, x) if nbytes else None
+            k.wgrad_gpu(p, be.ptr(x), be.ptr(dy), be.ptr(dw), be.ptr(ws) if ws is not None else 0, be.stream(x))
+        else:
+            k.wgrad_cpu(p, be.ptr(x), be.ptr(dy), be.ptr(dw), nthreads)
+    return dw
+
+
+def bias_grad(dy, *, accumulation=None, data_format="NHWC", threads=None):
+    """db[o]: the contract's chunked sum of dy over (n, oh, ow)."""
+    data_format = _layout(data_format)
+    be, a, dtype = _arrays(dy=dy)
+    dy = a["dy"]
+    accum = _accum(dtype, accumulation)
+    if len(dy.shape) != 4:
+        raise ValueError(f"dy: expected a 4-D {data_format} array, got shape {tuple(dy.shape)}")
+    N, OH, OW, Co = _nhwc(dy.shape, data_format, "dy")
+    nthreads = _threads(threads)
+    k = _native()
+    with be.device(dy):
+        db = be.empty((Co,), dy)
+        if Co == 0:
+            return db
+        # A 1x1 VALID problem whose output is dy: R = N*OH*OW and F = Co as the contract says.
+        p = k.Problem(N, OH, OW, Co, 1, 1, Co, Co, 1, 1, 1, 1, "VALID", 0, 0, 0, 0, data_format, dtype, accum)
+        if be.gpu:
+            _need_gpu(k)
+            nbytes = p.bgrad_gpu_workspace_bytes
+            ws = be.workspace(nbytes, dy) if nbytes else None
+            k.bgrad_gpu(p, be.ptr(dy), be.ptr(db), be.ptr(ws) if ws is not None else 0, be.stream(dy))
+        else:
+            k.bgrad_cpu(p, be.ptr(dy), be.ptr(db), nthreads)
+    return db
+
+
+def _need_gpu(k):
+    if not k.gpu_built():
+        raise RuntimeError("detconv.kernels: got GPU arrays, but detconv was built without CUDA "
+                           "(rebuild with nvcc on PATH, or DETCONV_CUDA=ON)")

@@ -1,0 +1,3 @@
+// Emulation stand-in for <cuda_runtime.h> (tests/gpu/emu only).
+#pragma once
+#include "cuda_emu.h"

@@ -1,0 +1,219 @@
+"""detconv.kernels (the framework-free module) on NumPy arrays: the CPU kernels
+against detconv.reference, bit for bit. Needs no TensorFlow."""
+
+import numpy as np
+import pytest
+
+from conftest import assert_bits_equal
+from helpers import rand, to_nchw, to_nhwc
+
+try:
+    from detconv import _kernels  # noqa: F401
+except ImportError:
+    pytest.skip("detconv._kernels is not built", allow_module_level=True)
+
+from detconv import kernels as K
+from detconv import reference as ref
+
+# (name, x shape NHWC, filter HWIO, strides, dilations, padding)
+CASES = [
+    ("3x3-same", (2, 6, 7, 5), (3, 3, 5, 6), 1, 1, "SAME"),
+    ("3x3-valid-s2", (2, 9, 8, 4), (3, 3, 4, 7), 2, 1, "VALID"),
+    ("5x3-s21-d12", (1, 11, 10, 3), (5, 3, 3, 4), (2, 1), (1, 2), "SAME"),
+    ("explicit", (2, 6, 7, 3), (3, 2, 3, 4), (1, 2), 1, ((1, 2), (0, 3))),
+    ("groups4-s2", (1, 9, 7, 8), (2, 3, 2, 12), 2, 1, ((0, 1), (2, 0))),
+    ("depthwise-m3-s2", (2, 9, 9, 4), (3, 3, 1, 12), 2, 1, "SAME"),
+    ("depthwise-d2", (1, 9, 10, 5), (3, 3, 1, 5), 1, 2, "VALID"),
+    ("1x1-wide", (2, 5, 5, 24), (1, 1, 24, 20), 1, 1, "VALID"),
+]
+
+DTYPES = [("float32", None), ("float64", None), ("float16", None), ("float16", "float16"), ("bfloat16", None)]
+
+
+def _operands(rng, x_shape, f_shape, strides, dilations, padding, dtype, accumulation):
+    scale = 0.5 if accumulation == "float16" else 1.0
+    x = rand(rng, x_shape, dtype, scale)
+    f = rand(rng, f_shape, dtype, scale)
+    b = rand(rng, (f_shape[3],), dtype, scale)
+    y_shape = ref.conv2d(x, f, strides, padding, dilations, accumulation=accumulation).shape
+    dy = rand(rng, y_shape, dtype, scale)
+    return x, f, b, dy
+
+
+def _all(mod, x, f, b, dy, strides, dilations, padding, accumulation, **kw):
+    a = dict(strides=strides, padding=padding, dilations=dilations, accumulation=accumulation)
+    return [mod.conv2d(x, f, bias=b, **a, **kw),
+            mod.conv2d_backprop_input(dy, f, x.shape, **a, **kw),
+            mod.conv2d_backprop_filter(x, dy, f.shape, **a, **kw),
+            mod.bias_grad(dy, accumulation=accumulation, **kw)]
+
+
+NAMES = ("conv2d", "conv2d_backprop_input", "conv2d_backprop_filter", "bias_grad")
+
+
+@pytest.mark.parametrize("dtype,accumulation", DTYPES, ids=[f"{d}-{a or 'default'}" for d, a in DTYPES])
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_cpu_matches_reference(rng, case, dtype, accumulation):
+    _, x_shape, f_shape, strides, dilations, padding = case
+    x, f, b, dy = _operands(rng, x_shape, f_shape, strides, dilations, padding, dtype, accumulation)
+    want = _all(ref, x, f, b, dy, strides, dilations, padding, accumulation)
+    got = _all(K, x, f, b, dy, strides, dilations, padding, accumulation)
+    for name, g, w in zip(NAMES, got, want):
+        assert_bits_equal(g, w, name)
+
+
+@pytest.mark.parametrize("dtype,accumulation", DTYPES, ids=[f"{d}-{a or 'default'}" for d, a in DTYPES])
+@pytest.mark.parametrize("case", [CASES[1], CASES[4], CASES[5]], ids=lambda c: c[0])
+def test_nchw_same_bits(rng, case, dtype, accumulation):
+    _, x_shape, f_shape, strides, dilations, padding = case
+    x, f, b, dy = _operands(rng, x_shape, f_shape, strides, dilations, padding, dtype, accumulation)
+    want = _all(ref, x, f, b, dy, strides, dilations, padding, accumulation)
+    a = dict(strides=strides, padding=padding, dilations=dilations, accumulation=accumulation, data_format="NCHW")
+    xc, dyc = to_nchw(x), to_nchw(dy)
+    n, h, w, c = x.shape
+    got = [to_nhwc(K.conv2d(xc, f, bias=b, **a)),
+           to_nhwc(K.conv2d_backprop_input(dyc, f, (n, c, h, w), **a)),
+           K.conv2d_backprop_filter(xc, dyc, f.shape, **a),
+           K.bias_grad(dyc, accumulation=accumulation, data_format="NCHW")]
+    for name, g, w_ in zip(NAMES, got, want):
+        assert_bits_equal(g, w_, name)
+
+
+def _isas():
+    return [i for i in ("scalar", "avx2", "avx512") if _kernels.cpu_isa_supported(i)]
+
+
+@pytest.mark.parametrize("isa", _isas())
+def test_every_isa_path_same_bits(rng, isa):
+    before = K.cpu_isa()
+    try:
+        K.set_cpu_isa(isa)
+        assert K.cpu_isa() == isa
+        for case in (CASES[0], CASES[5]):
+            _, x_shape, f_shape, strides, dilations, padding = case
+            for dtype, accumulation in DTYPES:
+                x, f, b, dy = _operands(rng, x_shape, f_shape, strides, dilations, padding, dtype, accumulation)
+                want = _all(ref, x, f, b, dy, strides, dilations, padding, accumulation)
+                got = _all(K, x, f, b, dy, strides, dilations, padding, accumulation)
+                for name, g, w in zip(NAMES, got, want):
+                    assert_bits_equal(g, w, f"{isa} {dtype} {name}")
+    finally:
+        K.set_cpu_isa(before)
+
+
+def test_thread_count_never_changes_bits(rng):
+    x, f, b, dy = _operands(rng, (3, 12, 11, 6), (3, 3, 6, 8), 1, 1, "SAME", "float32", None)
+    one = _all(K, x, f, b, dy, 1, 1, "SAME", None, threads=1)
+    for t in (2, 3, 7):
+        many = _all(K, x, f, b, dy, 1, 1, "SAME", None, threads=t)
+        for name, g, w in zip(NAMES, many, one):
+            assert_bits_equal(g, w, f"threads={t} {name}")
+
+
+def test_wgrad_many_chunks(rng):
+    # R = 4*20*20 = 1600 and a small filter: ceil(R/64) = 25 chunks added in order.
+    x, f, b, dy = _operands(rng, (4, 20, 20, 2), (3, 3, 2, 3), 1, 1, "SAME", "float32", None)
+    assert_bits_equal(K.conv2d_backprop_filter(x, dy, f.shape, 1, "SAME"),
+                      ref.conv2d_backprop_filter(x, dy, f.shape, 1, "SAME"), "dw")
+    assert_bits_equal(K.bias_grad(dy), ref.bias_grad(dy), "db")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
+def test_specials_canonical_nan(rng, dtype):
+    x, f, b, dy = _operands(rng, (2, 5, 5, 3), (3, 3, 3, 4), 1, 1, "SAME", dtype, None)
+    dt = x.dtype
+    x[0, 1, 1, 0] = np.array(np.nan, dt)
+    x[1, 2, 2, 1] = np.array(np.inf, dt)
+    f[1, 1, 0, 2] = np.array(-np.inf, dt)
+    dy[0, 0, 0, 0] = np.array(-np.nan, dt)
+    b[3] = np.array(np.nan, dt)
+    got = _all(K, x, f, b, dy, 1, 1, "SAME", None)
+    want = _all(ref, x, f, b, dy, 1, 1, "SAME", None)
+    for name, g, w in zip(NAMES, got, want):
+        assert_bits_equal(g, w, name)
+
+
+def test_subnormals_kept(rng):
+    x = (rng.random((1, 4, 4, 2)) * 1e-38).astype(np.float32)  # float32 subnormals and tiny normals
+    f = rand(rng, (2, 2, 2, 3), "float32")
+    got = K.conv2d(x, f)
+    assert_bits_equal(got, ref.conv2d(x, f), "y")
+    assert np.any((got != 0) & (np.abs(got) < np.finfo(np.float32).tiny))
+
+
+def test_empty_batch_and_zero_reduction(rng):
+    x = rand(rng, (0, 5, 5, 3), "float32")
+    f = rand(rng, (3, 3, 3, 4), "float32")
+    dy = rand(rng, (0, 5, 5, 4), "float32")
+    assert K.conv2d(x, f, padding="SAME").shape == (0, 5, 5, 4)
+    assert K.conv2d_backprop_input(dy, f, x.shape, padding="SAME").shape == x.shape
+    dw = K.conv2d_backprop_filter(x, dy, f.shape, padding="SAME")
+    assert_bits_equal(dw, np.zeros(f.shape, np.float32), "dw")  # R = 0: +0 everywhere
+    assert_bits_equal(K.bias_grad(dy), np.zeros((4,), np.float32), "db")
+
+
+def test_tf_style_arguments(rng):
+    x, f, b, dy = _operands(rng, (1, 7, 7, 2), (3, 3, 2, 3), 2, 1, ((1, 0), (0, 1)), "float32", None)
+    want = ref.conv2d(x, f, 2, ((1, 0), (0, 1)))
+    got = K.conv2d(x, f, [1, 2, 2, 1], [[0, 0], [1, 0], [0, 1], [0, 0]], [1, 1, 1, 1])
+    assert_bits_equal(got, want, "NHWC 4-element arguments")
+    got = K.conv2d(to_nchw(x), f, [1, 1, 2, 2], [[0, 0], [0, 0], [1, 0], [0, 1]], data_format="NCHW")
+    assert_bits_equal(to_nhwc(got), want, "NCHW 4-element arguments")
+    # non-contiguous and list inputs are accepted
+    assert_bits_equal(K.conv2d(np.asfortranarray(x), f, 2, ((1, 0), (0, 1))), want, "fortran order")
+
+
+def test_argument_errors(rng):
+    x = rand(rng, (1, 5, 5, 4), "float32")
+    f = rand(rng, (3, 3, 4, 6), "float32")
+    with pytest.raises(TypeError, match="f:"):
+        K.conv2d(x, f.astype(np.float64))
+    with pytest.raises(TypeError, match="x:"):
+        K.conv2d(x.astype(np.int32), f)
+    with pytest.raises(ValueError, match="f:"):
+        K.conv2d(x, rand(rng, (3, 3, 3, 6), "float32"))
+    with pytest.raises(ValueError, match="strides"):
+        K.conv2d(x, f, 0)
+    with pytest.raises(ValueError, match="padding"):
+        K.conv2d(x, f, padding="FULL")
+    with pytest.raises(ValueError, match="padding"):
+        K.conv2d(x, f, padding=((1, -1), (0, 0)))
+    with pytest.raises(ValueError, match="data_format"):
+        K.conv2d(x, f, data_format="NWHC")
+    with pytest.raises(ValueError, match="accumulation"):
+        K.conv2d(x, f, accumulation="float16")
+    with pytest.raises(ValueError, match="bias"):
+        K.conv2d(x, f, bias=rand(rng, (5,), "float32"))
+    with pytest.raises(ValueError, match="dy"):
+        K.conv2d_backprop_input(rand(rng, (1, 5, 5, 6), "float32"), f, x.shape, padding="VALID")
+    with pytest.raises(ValueError, match="input_shape"):
+        K.conv2d_backprop_input(rand(rng, (1, 3, 3, 6), "float32"), f, (1, 5, 5))
+    with pytest.raises(ValueError, match="dy"):
+        K.conv2d_backprop_filter(x, rand(rng, (1, 4, 4, 6), "float32"), f.shape)
+    with pytest.raises(ValueError, match="filters"):
+        K.conv2d(x, rand(rng, (7, 7, 4, 6), "float32"))
+    with pytest.raises(ValueError, match="threads"):
+        K.conv2d(x, f, threads=0)
+
+
+def test_torch_cpu_tensors_give_the_same_bits(rng):
+    torch = pytest.importorskip("torch")
+    x, f, b, dy = _operands(rng, (2, 6, 7, 5), (3, 3, 5, 6), 1, 1, "SAME", "float32", None)
+    want = _all(ref, x, f, b, dy, 1, 1, "SAME", None)
+    t = [torch.from_numpy(a) for a in (x, f, b, dy)]
+    got = _all(K, *t, 1, 1, "SAME", None)
+    for name, g, w in zip(NAMES, got, want):
+        assert isinstance(g, torch.Tensor)
+        assert_bits_equal(g.numpy(), w, name)
+
+
+def test_import_without_tensorflow():
+    # detconv.kernels must not pull TensorFlow in (checked in a fresh interpreter).
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(K.__file__)))
+    code = ("import sys; import detconv.kernels, detconv.reference; "
+            "assert 'tensorflow' not in sys.modules, 'tensorflow imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
