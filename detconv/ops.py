@@ -113,6 +113,15 @@ def _accumulation(accumulation, dtype):
     return "float16" if accumulation == "float16" else "default"
 
 
+def _conv_args(data_format, strides, dilations, padding):
+    """tf.nn-style 2-D arguments -> (data_format, [sh, sw], [dh, dw], padding mode, explicit paddings)."""
+    data_format = _data_format(data_format, ("NHWC", "NCHW"))
+    st = _spatial(strides, "strides", data_format)
+    dl = _spatial(dilations, "dilations", data_format)
+    mode, explicit = _padding(padding, data_format)
+    return data_format, st, dl, mode, explicit
+
+
 def _check_rank(t, rank, name):
     if t.shape.rank is not None and t.shape.rank != rank:
         raise ValueError(f"{name}: must be rank {rank}, got shape {t.shape}")
@@ -127,10 +136,7 @@ def _attrs(strides, dilations, mode, explicit, data_format, accumulation):
 def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None, name=None, *, bias=None,
            accumulation=None):
     """Deterministic tf.nn.conv2d with an optional fused bias (one add before the single rounding)."""
-    data_format = _data_format(data_format, ("NHWC", "NCHW"))
-    st = _spatial(strides, "strides", data_format)
-    dl = _spatial(dilations, "dilations", data_format)
-    mode, explicit = _padding(padding, data_format)
+    data_format, st, dl, mode, explicit = _conv_args(data_format, strides, dilations, padding)
     with tf.name_scope(name or "detconv_conv2d"):
         named = [("input", input), ("filters", filters)] + ([("bias", bias)] if bias is not None else [])
         ts = _tensors(named)
@@ -175,10 +181,7 @@ def _check_static(x, f, st, dl, mode, data_format):
 def conv2d_backprop_input(input_sizes, filters, out_backprop, strides, padding, data_format="NHWC", dilations=None,
                           name=None, *, accumulation=None):
     """Deterministic input gradient (the contract's dx order); input_sizes in data_format order."""
-    data_format = _data_format(data_format, ("NHWC", "NCHW"))
-    st = _spatial(strides, "strides", data_format)
-    dl = _spatial(dilations, "dilations", data_format)
-    mode, explicit = _padding(padding, data_format)
+    data_format, st, dl, mode, explicit = _conv_args(data_format, strides, dilations, padding)
     with tf.name_scope(name or "detconv_conv2d_backprop_input"):
         f, dy = _tensors([("filters", filters), ("out_backprop", out_backprop)])
         _check_rank(f, 4, "filters")
@@ -191,10 +194,7 @@ def conv2d_backprop_input(input_sizes, filters, out_backprop, strides, padding, 
 def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding, data_format="NHWC", dilations=None,
                            name=None, *, accumulation=None):
     """Deterministic filter gradient (shape-only chunks, no atomics); filter_sizes HWIO."""
-    data_format = _data_format(data_format, ("NHWC", "NCHW"))
-    st = _spatial(strides, "strides", data_format)
-    dl = _spatial(dilations, "dilations", data_format)
-    mode, explicit = _padding(padding, data_format)
+    data_format, st, dl, mode, explicit = _conv_args(data_format, strides, dilations, padding)
     with tf.name_scope(name or "detconv_conv2d_backprop_filter"):
         x, dy = _tensors([("input", input), ("out_backprop", out_backprop)])
         _check_rank(x, 4, "input")

@@ -233,6 +233,19 @@ struct Kernels {
       if (valid[q]) fold(q);
   }
 
+  // For input pixels iw[q] (-1: none) of a row whose tap kh reaches output row
+  // oh: which of them tap kw reaches too, and the dy pixel (+off) each reaches.
+  template <int P>
+  static void dgrad_tap_pixels(const ConvProblem& p, const Rows<T>& dy, i64 n, i64 oh, const i64 (&iw)[P], i64 kw,
+                               i64 off, const T* (&dp)[P], bool (&valid)[P]) {
+    const T* row = dy.row(n * p.OH + oh) + off;
+    for (int q = 0; q < P; ++q) {
+      const i64 ow = iw[q] >= 0 ? dgrad_out_col(p, iw[q], kw) : -1;
+      valid[q] = ow >= 0;
+      dp[q] = valid[q] ? row + ow * p.Co : nullptr;
+    }
+  }
+
   // Dense: lanes over BW input channels i of one group.
   template <int P>
   static void dgrad_dense(const ConvProblem& p, const Rows<T>& dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
@@ -270,11 +283,7 @@ struct Kernels {
           for (i64 kw = 0; kw < p.KW; ++kw) {
             const T* dp[P];
             bool valid[P];
-            for (int q = 0; q < P; ++q) {
-              const i64 ow = iw[q] >= 0 ? dgrad_out_col(p, iw[q], kw) : -1;
-              valid[q] = ow >= 0;
-              dp[q] = valid[q] ? dy.row(n * p.OH + oh) + ow * p.Co + g * cog : nullptr;
-            }
+            dgrad_tap_pixels<P>(p, dy, n, oh, iw, kw, g * cog, dp, valid);
             const T* w = wt.data() + ((g * nb + b) * khw + kh * p.KW + kw) * cog * BW;
             // Same micro-kernel as the forward pass, over o_local instead of i.
             for_valid_pixels<P>(valid, [&](int only) {
@@ -343,11 +352,7 @@ struct Kernels {
           for (i64 kw = 0; kw < p.KW; ++kw) {
             const T* dp[P];
             bool valid[P];
-            for (int q = 0; q < P; ++q) {
-              const i64 ow = iw[q] >= 0 ? dgrad_out_col(p, iw[q], kw) : -1;
-              valid[q] = ow >= 0;
-              dp[q] = valid[q] ? dy.row(n * p.OH + oh) + ow * p.Co : nullptr;
-            }
+            dgrad_tap_pixels<P>(p, dy, n, oh, iw, kw, 0, dp, valid);
             for_valid_pixels<P>(valid, [&](int only) {
               for (i64 m = 0; m < cog; ++m)
                 for (int j = 0; j < NV; ++j) {
