@@ -43,5 +43,5 @@ def __dir__():
 
 # With TensorFlow already in the process (the usual case), register the ops at
 # import: `import detconv` is then enough to load a SavedModel that uses them.
-if "tensorflow" in sys.modules:
+if sys.modules.get("tensorflow") is not None:
     importlib.import_module("detconv.ops")

@@ -18,6 +18,8 @@ import os
 import subprocess
 import sys
 
+from detconv._loader import child_python_kwargs
+
 SEED = 1234
 IMAGE = 16
 CLASSES = 10
@@ -121,12 +123,8 @@ def main(argv=None):
 
 def run_processes(args=(), count=2, timeout=300):
     """Runs `python -m detconv._train_demo ARGS` COUNT times concurrently; returns their JSON results."""
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     cmd = [sys.executable, "-m", "detconv._train_demo", *args]
-    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs = [subprocess.Popen(cmd, **child_python_kwargs(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(count)]
     results = []
     for proc in procs:

@@ -21,6 +21,8 @@ import time
 
 import numpy as np
 
+from detconv._loader import child_python_kwargs
+
 SEED_FILTER = [-0.7313, -1.1043, 1.8492, 1.3007, -0.1033]
 SEED_BIAS = 0.0401
 
@@ -213,14 +215,6 @@ def _thread_worker(threads, quick):
     print(json.dumps(out))
 
 
-def _subprocess_env():
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    return env
-
-
 class _ThreadRuns:
     """Starts the two thread-count worker processes at once, so their TensorFlow start-ups overlap the rows."""
 
@@ -228,7 +222,7 @@ class _ThreadRuns:
         self.procs = []
         for n in (1, 2):
             code = f"from detconv.demo import _thread_worker; _thread_worker({n}, {quick})"
-            self.procs.append(subprocess.Popen([sys.executable, "-c", code], env=_subprocess_env(),
+            self.procs.append(subprocess.Popen([sys.executable, "-c", code], **child_python_kwargs(),
                                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
 
     def results(self):

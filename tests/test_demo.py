@@ -7,6 +7,7 @@ import sys
 import pytest
 
 import detconv
+from detconv._loader import child_python_kwargs
 from detconv import cli
 from detconv.demo import SCENARIOS
 
@@ -16,12 +17,8 @@ BENCH = os.path.join(ROOT, "benchmarks", "cpu.py")
 
 def _run(args, timeout=600):
     # Run against the same detconv these tests import (installed or built in place), never a shadowing copy.
-    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(detconv.__file__)))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    return subprocess.run([sys.executable, *args], cwd=pkg_root, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([sys.executable, *args], **child_python_kwargs(log_level="3"), capture_output=True,
+                          text=True, timeout=timeout)
 
 
 def _table_rows(stdout):

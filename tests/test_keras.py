@@ -13,6 +13,7 @@ import keras
 
 import detconv
 import detconv.keras as dk
+from detconv._loader import child_python_kwargs
 from conftest import assert_bits_equal
 
 STOCK = {
@@ -24,13 +25,9 @@ STOCK = {
 ACTIVATIONS = (None, "relu", "tanh")
 
 
-def _package_env():
-    """Environment for a child Python that imports the same detconv as this process."""
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(detconv.__file__)))
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    return env
+def _child_kwargs():
+    """A child Python that imports this same detconv (see detconv._loader.child_python_kwargs)."""
+    return child_python_kwargs(log_level="3")
 
 
 @pytest.fixture
@@ -390,7 +387,7 @@ def test_saved_model_in_fresh_process(tmp_path, rng):
         served = tf.saved_model.load({str(tmp_path / "sm")!r})
         np.save({str(tmp_path / "y.npy")!r}, served.serve(np.load({str(tmp_path / "x.npy")!r})).numpy())
     """)
-    proc = subprocess.run([sys.executable, "-c", script], env=_package_env(), capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-c", script], **_child_kwargs(), capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert_bits_equal(np.load(tmp_path / "y.npy"), model(x), "SavedModel served in a fresh process")

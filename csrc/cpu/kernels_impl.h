@@ -107,14 +107,6 @@ struct Kernels {
     });
   }
 
-  // Loads the input values lanes o0..o0+L-1 meet when Cg == 1: channel o / cog.
-  static R x_lanes_dw(const T* px, i64 o0, i64 cog, i64 Co) {
-    if (cog == 1) return V::load(px + o0);
-    alignas(64) T tmp[L];
-    for (int l = 0; l < L; ++l) tmp[l] = o0 + l < Co ? px[(o0 + l) / cog] : T(0);
-    return V::load(tmp);
-  }
-
   // Input with each channel repeated cog times, so that lane o of a depthwise
   // kernel reads channel o contiguously (exact copies; kPad zeros at the end).
   static std::vector<T> repeat_channels(const ConvProblem& p, const Rows<T>& x, i64 cog) {
@@ -312,12 +304,52 @@ struct Kernels {
     });
   }
 
-  // dy values lanes c0..c0+L-1 meet for output channel c*cog + m (Cg == 1).
-  static R dy_lanes_dw(const T* pdy, i64 c0, i64 m, i64 cog, i64 C) {
-    if (cog == 1) return V::load(pdy + c0);
-    alignas(64) T tmp[L];
-    for (int l = 0; l < L; ++l) tmp[l] = c0 + l < C ? pdy[(c0 + l) * cog + m] : T(0);
-    return V::load(tmp);
+  // dy with each pixel's channels regrouped [m][c] (o = c*cog + m), so that
+  // lanes over c are contiguous for each m (exact copies; kPad zeros at the end).
+  static std::vector<T> group_major(const ConvProblem& p, const Rows<T>& dy, i64 cog) {
+    const i64 rows = p.N * p.OH, len = p.OW * p.Co;
+    std::vector<T> out(rows * len + kPad, T(0));
+    for (i64 k = 0; k < rows; ++k) {
+      const T* src = dy.row(k);
+      for (i64 w = 0; w < p.OW; ++w)
+        for (i64 m = 0; m < cog; ++m)
+          for (i64 c = 0; c < p.C; ++c) out[k * len + w * p.Co + m * p.C + c] = src[w * p.Co + c * cog + m];
+    }
+    return out;
+  }
+
+  // One depthwise dx block (P pixels of one stride phase x BW channels) on
+  // private accumulators; lane c folds (kh, kw, m ascending), skipping taps
+  // that reach no output.
+  template <int P>
+  static inline __attribute__((always_inline)) void dgrad_dw_block(R (&acc)[P][NV], const ConvProblem& p,
+                                                                   const Rows<T>& dy, const T* wt, i64 cp, i64 n,
+                                                                   i64 ih, const i64 (&iw)[P], i64 c0) {
+    const i64 cog = p.Cog();
+    R a[P][NV];
+    for (int q = 0; q < P; ++q)
+      for (int j = 0; j < NV; ++j) a[q][j] = V::zero();
+    for (i64 kh = 0; kh < p.KH; ++kh) {
+      const i64 oh = dgrad_out_row(p, ih, kh);
+      if (oh < 0) continue;
+      for (i64 kw = 0; kw < p.KW; ++kw) {
+        const T* dp[P];
+        bool valid[P];
+        dgrad_tap_pixels<P>(p, dy, n, oh, iw, kw, c0, dp, valid);
+        bool all = true;
+        for (int q = 0; q < P; ++q) all &= valid[q];
+        for (i64 m = 0; m < cog; ++m) {
+          R fv[NV];
+          for (int j = 0; j < NV; ++j) fv[j] = V::load(wt + ((kh * p.KW + kw) * cog + m) * cp + c0 + j * L);
+          for (int q = 0; q < P; ++q) {
+            if (!all && !valid[q]) continue;
+            for (int j = 0; j < NV; ++j) a[q][j] = V::fma(V::load(dp[q] + m * p.C + j * L), fv[j], a[q][j]);
+          }
+        }
+      }
+    }
+    for (int q = 0; q < P; ++q)
+      for (int j = 0; j < NV; ++j) acc[q][j] = a[q][j];
   }
 
   // Depthwise-like (Cg == 1): lanes over input channels c (= groups); lane c
@@ -330,6 +362,9 @@ struct Kernels {
     for (i64 t = 0; t < khw; ++t)
       for (i64 m = 0; m < cog; ++m)
         for (i64 c = 0; c < p.C; ++c) wt[(t * cog + m) * cp + c] = f[t * p.Co + c * cog + m];
+    std::vector<T> dyg;
+    if (cog > 1) dyg = group_major(p, dy, cog);
+    const Rows<T> dyin = cog > 1 ? rows_of(dyg, p.N * p.OH, p.OW * p.Co) : dy;
     const PixelBlocks pb(p, P);
     const i64 units = p.N * p.H * nb * pb.count();
     const Strides4 xs = dx.s;
@@ -344,27 +379,7 @@ struct Kernels {
         i64 iw[P];
         for (int q = 0; q < P; ++q) iw[q] = pb.col(wb, P, q);
         R acc[P][NV];
-        for (int q = 0; q < P; ++q)
-          for (int j = 0; j < NV; ++j) acc[q][j] = V::zero();
-        for (i64 kh = 0; kh < p.KH; ++kh) {
-          const i64 oh = dgrad_out_row(p, ih, kh);
-          if (oh < 0) continue;
-          for (i64 kw = 0; kw < p.KW; ++kw) {
-            const T* dp[P];
-            bool valid[P];
-            dgrad_tap_pixels<P>(p, dy, n, oh, iw, kw, 0, dp, valid);
-            for_valid_pixels<P>(valid, [&](int only) {
-              for (i64 m = 0; m < cog; ++m)
-                for (int j = 0; j < NV; ++j) {
-                  const R fv = V::load(wt.data() + ((kh * p.KW + kw) * cog + m) * cp + c0 + j * L);
-                  for (int q = 0; q < P; ++q) {
-                    if (only >= 0 && q != only) continue;
-                    acc[q][j] = V::fma(dy_lanes_dw(dp[q], c0 + j * L, m, cog, p.C), fv, acc[q][j]);
-                  }
-                }
-            });
-          }
-        }
+        dgrad_dw_block<P>(acc, p, dyin, wt.data(), cp, n, ih, iw, c0);
         for (int q = 0; q < P; ++q)
           for (int j = 0; j < NV; ++j)
             if (iw[q] >= 0) put_lanes(dx, acc[q][j], xs.at(n, ih, iw[q], c0 + j * L), xs.c, p.C - (c0 + j * L));
@@ -378,15 +393,6 @@ struct Kernels {
   }
 
   // ====================================================== Wgrad / Bgrad
-  // Walks r = (n*OH + oh)*OW + ow upward without divisions.
-  struct RCursor {
-    i64 n, oh, ow;
-    RCursor(const ConvProblem& p, i64 r) { split_r(p, r, n, oh, ow); }
-    void next(const ConvProblem& p) {
-      if (++ow == p.OW) { ow = 0; if (++oh == p.OH) { oh = 0; ++n; } }
-    }
-  };
-
   // Adds the P chunk parts of every element in chunk order and rounds once.
   static void combine(const Chunks& ch, i64 F, const T* parts, const OutSpec& out, const CpuExecutor& ex) {
     const i64 units = ceil_div(F, L);
@@ -468,29 +474,35 @@ struct Kernels {
     });
   }
 
+  // The r loop of one depthwise dw tile (PW taps kw0.. of row kh x BW
+  // channels), on private accumulators, one output row segment at a time.
+  // x holds one input channel per output channel (see repeat_channels).
   static inline __attribute__((always_inline)) void wgrad_dw_fold(R (&acc)[PW][NV], const ConvProblem& p,
                                                                   const Chunks& ch, i64 k, i64 kh, i64 kw0, i64 o0,
-                                                                  const Rows<T>& x, const Rows<T>& dy) {
-    const i64 cog = p.Cog();
+                                                                  const Rows<T>& x, const Rows<T>& dy,
+                                                                  const T* zeros) {
     R a[PW][NV];
     for (int t = 0; t < PW; ++t)
       for (int j = 0; j < NV; ++j) a[t][j] = V::zero();
-    RCursor rc(p, ch.begin(k));
-    for (i64 r = ch.begin(k); r < ch.end(k); ++r, rc.next(p)) {
-      const i64 ih = fprop_in_row(p, rc.oh, kh);
+    for (i64 r = ch.begin(k), end = ch.end(k); r < end;) {
+      i64 n, oh, ow;
+      split_r(p, r, n, oh, ow);
+      const i64 seg = std::min(end - r, p.OW - ow);
+      const i64 ih = fprop_in_row(p, oh, kh);
       const bool row_in = ih >= 0 && ih < p.H;
-      R dv[NV];
-      const T* dyr = dy.row(rc.n * p.OH + rc.oh) + rc.ow * p.Co + o0;
-      for (int j = 0; j < NV; ++j) dv[j] = V::load(dyr + j * L);
-      for (int t = 0; t < PW; ++t) {
-        const i64 iw = fprop_in_col(p, rc.ow, kw0 + t);
-        const bool in = row_in && iw >= 0 && iw < p.W && kw0 + t < p.KW;
-        const T* px = in ? x.row(rc.n * p.H + ih) + iw * p.C : nullptr;
-        for (int j = 0; j < NV; ++j) {
-          const R xv = in ? x_lanes_dw(px, o0 + j * L, cog, p.Co) : V::zero();  // +0 in padding
-          a[t][j] = V::fma(xv, dv[j], a[t][j]);
+      const T* xrow = row_in ? x.row(n * p.H + ih) + o0 : zeros;
+      const T* dyr = dy.row(n * p.OH + oh) + ow * p.Co + o0;
+      for (i64 e = 0; e < seg; ++e, ++ow, dyr += p.Co) {
+        R dv[NV];
+        for (int j = 0; j < NV; ++j) dv[j] = V::load(dyr + j * L);
+        for (int t = 0; t < PW; ++t) {
+          const i64 iw = fprop_in_col(p, ow, kw0 + t);
+          // +0 in padding (and for taps past KW, whose results are dropped).
+          const T* px = (row_in && iw >= 0 && iw < p.W && kw0 + t < p.KW) ? xrow + iw * p.Co : zeros;
+          for (int j = 0; j < NV; ++j) a[t][j] = V::fma(V::load(px + j * L), dv[j], a[t][j]);
         }
       }
+      r += seg;
     }
     for (int t = 0; t < PW; ++t)
       for (int j = 0; j < NV; ++j) acc[t][j] = a[t][j];
@@ -500,7 +512,11 @@ struct Kernels {
   static void wgrad_dw(const ConvProblem& p, const Chunks& ch, const Rows<T>& x, const Rows<T>& dy, T* parts,
                        const CpuExecutor& ex) {
     constexpr int P = PW;
-    const i64 nb = ceil_div(p.Co, BW), kb = ceil_div(p.KW, P), F = p.filter_elems();
+    const i64 cog = p.Cog(), nb = ceil_div(p.Co, BW), kb = ceil_div(p.KW, P), F = p.filter_elems();
+    std::vector<T> xr;
+    if (cog > 1) xr = repeat_channels(p, x, cog);
+    const Rows<T> xin = cog > 1 ? rows_of(xr, p.N * p.H, p.W * p.Co) : x;
+    const std::vector<T> zeros(nb * BW + kPad, T(0));
     const i64 units = ch.P * nb * p.KH * kb;
     ex.parallel_for(units, ch.L * P * BW, [&](i64 u0, i64 u1) {
       FpEnvGuard guard;
@@ -512,7 +528,7 @@ struct Kernels {
         const i64 b = rem % nb, k = rem / nb;
         const i64 kw0 = bk * P, o0 = b * BW;
         R acc[P][NV];
-        wgrad_dw_fold(acc, p, ch, k, kh, kw0, o0, x, dy);
+        wgrad_dw_fold(acc, p, ch, k, kh, kw0, o0, xin, dy, zeros.data());
         for (int t = 0; t < P; ++t)
           for (int j = 0; j < NV; ++j) {
             if (kw0 + t >= p.KW) continue;
