@@ -155,14 +155,17 @@ def _fmt_ms(v):
     return "n/a" if v is None else (f"{v:.2f}" if v < 100 else f"{v:.0f}")
 
 
-def _table(rows, args, tf, dc, threads, elapsed):
-    head = ("layer", "pass", "tf ms", "detconv ms", "ratio", "tf GFLOP/s", "dc GFLOP/s", "rel.diff")
+def _table(rows, args, tf, dc, threads, elapsed, peak):
+    head = ("layer", "pass", "tf ms", "detconv ms", "ratio", "tf GFLOP/s", "dc GFLOP/s", "tf %pk", "dc %pk",
+            "rel.diff")
     lines = [tuple(head)]
     for r in rows:
         lines.append((r["layer"], r["pass"], _fmt_ms(r["tf_ms"]), _fmt_ms(r["dc_ms"]),
                       "n/a" if r["ratio"] is None else f"{r['ratio']:.2f}",
                       "n/a" if r["tf_ms"] is None else f"{r['flops'] / r['tf_ms'] / 1e6:.1f}",
                       "n/a" if r["dc_ms"] is None else f"{r['flops'] / r['dc_ms'] / 1e6:.1f}",
+                      "n/a" if r["tf_ms"] is None else f"{100 * r['flops'] / r['tf_ms'] / 1e6 / peak:.0f}",
+                      "n/a" if r["dc_ms"] is None else f"{100 * r['flops'] / r['dc_ms'] / 1e6 / peak:.0f}",
                       r["diff"]))
     widths = [max(len(l[i]) for l in lines) for i in range(len(head))]
     out = []
@@ -182,7 +185,13 @@ def _table(rows, args, tf, dc, threads, elapsed):
     out.append(f"batch {args.batch}, {args.dtype}, detconv accumulation {args.accumulation or 'default'}, "
                f"detconv CPU path {dc.cpu_isa()}, intra-op threads {threads}, median of {args.repeats} after "
                f"{args.warmup} warm-up, TensorFlow {tf.__version__}, {elapsed:.0f} s")
+    out.append(f"%pk: fraction of the measured float32 FMA peak, {peak:.1f} GFLOP/s "
+               f"({dc.cpu_isa()} fma loop on {_peak_threads(args)} threads)")
     return "\n".join(out)
+
+
+def _peak_threads(args):
+    return args.threads or os.cpu_count() or 1
 
 
 def _png(path, rows):
@@ -249,7 +258,8 @@ def main(argv=None):
                 rows.append(row)
                 print(f"  {layer[0]:<22} {p:<3}  tf {_fmt_ms(row['tf_ms']):>8} ms  detconv "
                       f"{_fmt_ms(row['dc_ms']):>8} ms", file=sys.stderr, flush=True)
-    print(_table(rows, args, tf, dc, threads, time.time() - start))
+    peak = dc.cpu_fma_peak_gflops(_peak_threads(args))
+    print(_table(rows, args, tf, dc, threads, time.time() - start, peak))
     if args.png:
         _png(args.png, rows)
     failed = [r for r in rows if r["dc_ms"] is None]

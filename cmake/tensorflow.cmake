@@ -22,7 +22,7 @@ add_library(detconv_ops SHARED ${DETCONV_TF_SOURCES})
 set_target_properties(detconv_ops PROPERTIES PREFIX "_" OUTPUT_NAME "detconv_ops"
   LIBRARY_OUTPUT_DIRECTORY ${DETCONV_OUTPUT_DIR})
 # TF's flags set -std=c++17 and the ABI; -O2 and no contraction for our glue too.
-target_compile_options(detconv_ops PRIVATE ${_tf_cflags} ${DETCONV_HOST_FP_FLAGS} -O2 -Wno-sign-compare -Wno-deprecated-declarations)
+target_compile_options(detconv_ops PRIVATE ${_tf_cflags} ${DETCONV_HOST_FP_FLAGS} -O2 -Wno-sign-compare -Wno-deprecated-declarations -Wno-interference-size)
 if(DETCONV_HAVE_CUDA)
   target_compile_definitions(detconv_ops PRIVATE DETCONV_GPU=1)
 endif()

@@ -23,6 +23,7 @@ _TF_API = {
     "bias_grad": "detconv.ops",
     "set_cpu_isa": "detconv.ops",
     "cpu_isa": "detconv.ops",
+    "cpu_fma_peak_gflops": "detconv.ops",
 }
 _SUBMODULES = ("ops", "keras", "reference", "kernels", "demo")
 

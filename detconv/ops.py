@@ -318,7 +318,14 @@ def _isa_lib():
     lib = ctypes.CDLL(ops_library_path())
     for fn in ("detconv_cpu_isa_force", "detconv_cpu_isa_active", "detconv_cpu_isa_supported"):
         getattr(lib, fn).restype = ctypes.c_int
+    lib.detconv_cpu_fma_peak_gflops.restype = ctypes.c_double
+    lib.detconv_cpu_fma_peak_gflops.argtypes = [ctypes.c_int]
     return lib
+
+
+def cpu_fma_peak_gflops(threads=1):
+    """Measured float32 FMA peak (GFLOP/s) of the active CPU path on `threads` threads, for benchmarks."""
+    return float(_isa_lib().detconv_cpu_fma_peak_gflops(int(threads)))
 
 
 def set_cpu_isa(isa="auto"):

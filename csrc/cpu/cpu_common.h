@@ -77,6 +77,7 @@ struct IsaKernels {
   // dw and db go through a workspace of P*F parts then combine in chunk order.
   void (*wgrad)(const ConvProblem&, const Rows<A>& x, const Rows<A>& dy, const OutSpec& dw, const CpuExecutor&);
   void (*bgrad)(const ConvProblem&, const Rows<A>& dy, const OutSpec& db, const CpuExecutor&);
+  double (*fma_probe)(i64 iters);  // flops done by a dependency-free fma loop (peak measurement)
 };
 struct IsaTable {
   IsaKernels<float> f32;    // float32 accumulation (float32, bfloat16, float16 inputs)

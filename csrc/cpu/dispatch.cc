@@ -1,6 +1,8 @@
 // CPU entry points: pick the ISA path, bring inputs into the accumulator type
 // in NHWC (exact conversions; layout never changes a bit), run the kernels.
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -175,6 +177,22 @@ const char* cpu_isa_name(CpuIsa isa) {
     case CpuIsa::kAvx512: return "avx512";
     default: return "auto";
   }
+}
+
+double cpu_fma_peak_gflops(int threads) {
+  if (threads < 1) threads = 1;
+  const auto probe = table().f32.fma_probe;
+  const i64 iters = i64(1) << 24;
+  probe(iters / 16);  // warm up the clocks
+  std::vector<double> flops(threads, 0.0);
+  std::vector<std::thread> pool;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int t = 0; t < threads; ++t) pool.emplace_back([&, t] { flops[t] = probe(iters); });
+  for (auto& th : pool) th.join();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double total = 0;
+  for (double f : flops) total += f;
+  return total / secs / 1e9;
 }
 
 void fprop_cpu(const ConvProblem& p, const void* x, const void* f, const void* bias, void* y, const CpuExecutor& ex) {

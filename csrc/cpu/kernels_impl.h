@@ -20,7 +20,11 @@ struct Kernels {
     V::store(tmp, v);
     if (stride == 1 && out.dtype == (sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32)) {
       T* dst = static_cast<T*>(out.base) + base;  // common case: no dtype switch per element
-      for (i64 l = 0; l < n && l < L; ++l) dst[l] = tmp[l] != tmp[l] ? canonical_nan<T>() : tmp[l];
+      if (n >= L) {  // fixed trip count: compiles to a compare and blend
+        for (int l = 0; l < L; ++l) dst[l] = tmp[l] != tmp[l] ? canonical_nan<T>() : tmp[l];
+      } else {
+        for (i64 l = 0; l < n; ++l) dst[l] = tmp[l] != tmp[l] ? canonical_nan<T>() : tmp[l];
+      }
       return;
     }
     for (i64 l = 0; l < n && l < L; ++l) out.put(base + l * stride, tmp[l]);
@@ -128,6 +132,9 @@ struct Kernels {
   static inline __attribute__((always_inline)) void fprop_dw_block(R (&acc)[P][NV], const ConvProblem& p,
                                                                    const Rows<T>& x, i64 xs, const T* wp, i64 cop,
                                                                    const T* zeros, i64 n, i64 oh, i64 ow0, i64 o0) {
+    // Interior blocks: all P outputs exist and every kw column is inside the row.
+    const bool interior = ow0 + P <= p.OW && fprop_in_col(p, ow0, 0) >= 0 &&
+                          fprop_in_col(p, ow0 + P - 1, p.KW - 1) < p.W;
     R a[P][NV];
     for (int q = 0; q < P; ++q)
       for (int j = 0; j < NV; ++j) a[q][j] = V::zero();
@@ -138,6 +145,12 @@ struct Kernels {
       for (i64 kw = 0; kw < p.KW; ++kw) {
         R fv[NV];
         for (int j = 0; j < NV; ++j) fv[j] = V::load(wp + (kh * p.KW + kw) * cop + o0 + j * L);
+        if (interior && row_in) {  // every column in range: plain strided addresses
+          const T* x0 = xrow + fprop_in_col(p, ow0, kw) * xs;
+          for (int q = 0; q < P; ++q)
+            for (int j = 0; j < NV; ++j) a[q][j] = V::fma(V::load(x0 + q * p.sw * xs + j * L), fv[j], a[q][j]);
+          continue;
+        }
         for (int q = 0; q < P; ++q) {
           const i64 iw = fprop_in_col(p, ow0 + q, kw);
           // Padded taps are fma with +0, exactly as the contract says.
@@ -581,7 +594,24 @@ struct Kernels {
     combine(ch, F, parts.data(), db, ex);
   }
 
-  static IsaKernels<T> table() { return IsaKernels<T>{&fprop, &dgrad, &wgrad, &bgrad}; }
+  // Peak probe: 12 independent fma chains (enough to cover FMA latency x
+  // throughput), iters rounds. Returns the flops done.
+  static double fma_probe(i64 iters) {
+    R a[12];
+    const R m = V::bcast(T(0.9999999)), c = V::bcast(T(1e-7));
+    for (int k = 0; k < 12; ++k) a[k] = V::bcast(T(1 + k));
+    for (i64 it = 0; it < iters; ++it)
+      for (int k = 0; k < 12; ++k) a[k] = V::fma(a[k], m, c);
+    alignas(64) T sink[L];
+    R s = a[0];
+    for (int k = 1; k < 12; ++k) s = V::add(s, a[k]);
+    V::store(sink, s);
+    volatile T keep = sink[0];
+    (void)keep;
+    return 2.0 * L * 12 * double(iters);
+  }
+
+  static IsaKernels<T> table() { return IsaKernels<T>{&fprop, &dgrad, &wgrad, &bgrad, &fma_probe}; }
 };
 
 inline IsaTable make_table() {

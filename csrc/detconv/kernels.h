@@ -37,6 +37,10 @@ bool cpu_isa_force(CpuIsa isa);
 CpuIsa cpu_isa_active();
 const char* cpu_isa_name(CpuIsa isa);
 
+// Measured float32 FMA peak of the active path, GFLOP/s, on `threads` threads
+// at once (for reporting kernels' fraction of peak).
+double cpu_fma_peak_gflops(int threads);
+
 void fprop_cpu(const ConvProblem& p, const void* x, const void* f, const void* bias, void* y, const CpuExecutor& ex);
 void dgrad_cpu(const ConvProblem& p, const void* dy, const void* f, void* dx, const CpuExecutor& ex);
 void wgrad_cpu(const ConvProblem& p, const void* x, const void* dy, void* dw, const CpuExecutor& ex);

@@ -1,5 +1,5 @@
-// Tiny C entry points (for ctypes) to select the CPU ISA path in the loaded
-// op library, so tests can force each path and compare bits.
+// Tiny C entry points (for ctypes) into the loaded op library: select the CPU
+// ISA path (tests force each and compare bits) and measure the FMA peak.
 #include "detconv/kernels.h"
 
 extern "C" {
@@ -8,6 +8,9 @@ __attribute__((visibility("default"))) int detconv_cpu_isa_force(int isa) {
 }
 __attribute__((visibility("default"))) int detconv_cpu_isa_active() {
   return static_cast<int>(detconv::cpu_isa_active());
+}
+__attribute__((visibility("default"))) double detconv_cpu_fma_peak_gflops(int threads) {
+  return detconv::cpu_fma_peak_gflops(threads);
 }
 __attribute__((visibility("default"))) int detconv_cpu_isa_supported(int isa) {
   return detconv::cpu_isa_supported(static_cast<detconv::CpuIsa>(isa)) ? 1 : 0;
