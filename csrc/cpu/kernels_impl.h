@@ -16,17 +16,19 @@ struct Kernels {
   // Writes lanes [0, n) of a vector block to out.put(base + lane*stride).
   // v by value: taking an accumulator's address would pin it to memory and spill in the hot loop.
   static void put_lanes(const OutSpec& out, R v, i64 base, i64 stride, i64 n) {
-    alignas(64) T tmp[L];
-    V::store(tmp, v);
     if (stride == 1 && out.dtype == (sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32)) {
       T* dst = static_cast<T*>(out.base) + base;  // common case: no dtype switch per element
-      if (n >= L) {  // fixed trip count: compiles to a compare and blend
-        for (int l = 0; l < L; ++l) dst[l] = tmp[l] != tmp[l] ? canonical_nan<T>() : tmp[l];
+      if (n >= L) {
+        V::store(dst, V::canon(v));
       } else {
-        for (i64 l = 0; l < n; ++l) dst[l] = tmp[l] != tmp[l] ? canonical_nan<T>() : tmp[l];
+        alignas(64) T tmp[L];
+        V::store(tmp, V::canon(v));
+        for (i64 l = 0; l < n; ++l) dst[l] = tmp[l];
       }
       return;
     }
+    alignas(64) T tmp[L];
+    V::store(tmp, v);
     for (i64 l = 0; l < n && l < L; ++l) out.put(base + l * stride, tmp[l]);
   }
 
@@ -34,11 +36,8 @@ struct Kernels {
   // It works on a private copy so the accumulators never have an address (the
   // __may_alias__ vector types would otherwise force a store after every fma).
   template <int P>
-  static inline __attribute__((always_inline)) void micro(R (&acc)[P][NV], const T* const (&xp)[P], const T* w,
-                                                          i64 n) {
-    R r[P][NV];
-    for (int q = 0; q < P; ++q)
-      for (int j = 0; j < NV; ++j) r[q][j] = acc[q][j];
+  static inline __attribute__((always_inline)) void micro_regs(R (&r)[P][NV], const T* const (&xp)[P], const T* w,
+                                                               i64 n) {
     for (i64 i = 0; i < n; ++i) {
       R fv[NV];
       for (int j = 0; j < NV; ++j) fv[j] = V::load(w + i * BW + j * L);
@@ -47,8 +46,26 @@ struct Kernels {
         for (int j = 0; j < NV; ++j) r[q][j] = V::fma(xv, fv[j], r[q][j]);
       }
     }
+  }
+  template <int P>
+  static inline __attribute__((always_inline)) void micro(R (&acc)[P][NV], const T* const (&xp)[P], const T* w,
+                                                          i64 n) {
+    R r[P][NV];
+    for (int q = 0; q < P; ++q)
+      for (int j = 0; j < NV; ++j) r[q][j] = acc[q][j];
+    micro_regs<P>(r, xp, w, n);
     for (int q = 0; q < P; ++q)
       for (int j = 0; j < NV; ++j) acc[q][j] = r[q][j];
+  }
+  // The same on accumulators kept in a memory tile of P*NV vectors (unaligned).
+  template <int P>
+  static inline __attribute__((always_inline)) void micro_mem(T* tile, const T* const (&xp)[P], const T* w, i64 n) {
+    R r[P][NV];
+    for (int q = 0; q < P; ++q)
+      for (int j = 0; j < NV; ++j) r[q][j] = V::load(tile + (q * NV + j) * L);
+    micro_regs<P>(r, xp, w, n);
+    for (int q = 0; q < P; ++q)
+      for (int j = 0; j < NV; ++j) V::store(tile + (q * NV + j) * L, r[q][j]);
   }
 
   // ====================================================== Fprop
@@ -68,45 +85,74 @@ struct Kernels {
             if (bias && t == 0) bp[(g * nb + b) * BW + l] = ol < cog ? bias[g * cog + ol] : T(0);
           }
     const std::vector<T> zeros(p.Cg + kPad, T(0));
-    const i64 owb = ceil_div(p.OW, P), units = p.N * p.OH * p.G * nb * owb;
+    // One unit is one output row of one channel block. With many input
+    // channels the row's accumulators live in a memory tile and each tap
+    // (kh, kw) sweeps the whole row, so its filter slice stays in L1; the
+    // per-output order (kh, kw, i) is unchanged and an fp round trip through
+    // memory is exact. With few channels they stay in registers instead.
+    const i64 owb = ceil_div(p.OW, P), units = p.N * p.OH * p.G * nb;
+    const bool tap_outer = p.Cg >= 16 && p.KH * p.KW > 1;
     const Strides4 ys = y.s;
-    ex.parallel_for(units, taps * BW * P, [&](i64 u0, i64 u1) {
+    ex.parallel_for(units, taps * BW * p.OW, [&](i64 u0, i64 u1) {
       FpEnvGuard guard;
+      std::vector<T> tile(tap_outer ? owb * P * BW : 0);
       for (i64 u = u0; u < u1; ++u) {
         i64 rem = u;
-        const i64 wb = rem % owb; rem /= owb;
         const i64 b = rem % nb; rem /= nb;
         const i64 g = rem % p.G; rem /= p.G;
         const i64 oh = rem % p.OH, n = rem / p.OH;
-        const i64 ow0 = wb * P;
         const T* wg = wp.data() + (g * nb + b) * taps * BW;
-        R acc[P][NV];
-        for (int q = 0; q < P; ++q)
-          for (int j = 0; j < NV; ++j) acc[q][j] = V::zero();
-        for (i64 kh = 0; kh < p.KH; ++kh) {
+        // Input pixels tap (kh, kw) meets for outputs ow0..ow0+P-1 (+0 in padding).
+        auto tap = [&](i64 ow0, i64 kh, i64 kw, const T* (&xp)[P]) {
           const i64 ih = fprop_in_row(p, oh, kh);
           const bool row_in = ih >= 0 && ih < p.H;
-          for (i64 kw = 0; kw < p.KW; ++kw) {
-            const T* xp[P];
-            for (int q = 0; q < P; ++q) {
-              const i64 iw = fprop_in_col(p, ow0 + q, kw);
-              // Padded taps are fma with +0, exactly as the contract says.
-              xp[q] = (row_in && iw >= 0 && iw < p.W && ow0 + q < p.OW)
-                          ? x.row(n * p.H + ih) + iw * p.C + g * p.Cg
-                          : zeros.data();
+          for (int q = 0; q < P; ++q) {
+            const i64 iw = fprop_in_col(p, ow0 + q, kw);
+            xp[q] = (row_in && iw >= 0 && iw < p.W && ow0 + q < p.OW) ? x.row(n * p.H + ih) + iw * p.C + g * p.Cg
+                                                                       : zeros.data();
+          }
+        };
+        auto emit = [&](i64 ow0, const R (&acc)[P][NV]) {
+          for (int q = 0; q < P; ++q)
+            for (int j = 0; j < NV; ++j) {
+              if (ow0 + q >= p.OW) continue;
+              R a = acc[q][j];
+              if (bias) a = V::add(a, V::load(bp.data() + (g * nb + b) * BW + j * L));
+              const i64 o = g * cog + b * BW + j * L;
+              put_lanes(y, a, ys.at(n, oh, ow0 + q, o), ys.c, cog - (b * BW + j * L));
             }
-            const T* wt = wg + (kh * p.KW + kw) * p.Cg * BW;
-            micro(acc, xp, wt, p.Cg);
+        };
+        if (tap_outer) {
+          std::fill(tile.begin(), tile.end(), T(0));
+          for (i64 kh = 0; kh < p.KH; ++kh)
+            for (i64 kw = 0; kw < p.KW; ++kw) {
+              const T* wt = wg + (kh * p.KW + kw) * p.Cg * BW;
+              for (i64 wb = 0; wb < owb; ++wb) {
+                const T* xp[P];
+                tap(wb * P, kh, kw, xp);
+                micro_mem<P>(tile.data() + wb * P * BW, xp, wt, p.Cg);
+              }
+            }
+          for (i64 wb = 0; wb < owb; ++wb) {
+            R acc[P][NV];
+            for (int q = 0; q < P; ++q)
+              for (int j = 0; j < NV; ++j) acc[q][j] = V::load(tile.data() + wb * P * BW + (q * NV + j) * L);
+            emit(wb * P, acc);
+          }
+        } else {
+          for (i64 wb = 0; wb < owb; ++wb) {
+            R acc[P][NV];
+            for (int q = 0; q < P; ++q)
+              for (int j = 0; j < NV; ++j) acc[q][j] = V::zero();
+            for (i64 kh = 0; kh < p.KH; ++kh)
+              for (i64 kw = 0; kw < p.KW; ++kw) {
+                const T* xp[P];
+                tap(wb * P, kh, kw, xp);
+                micro(acc, xp, wg + (kh * p.KW + kw) * p.Cg * BW, p.Cg);
+              }
+            emit(wb * P, acc);
           }
         }
-        for (int q = 0; q < P; ++q)  // fixed trip counts keep acc in registers
-          for (int j = 0; j < NV; ++j) {
-            if (ow0 + q >= p.OW) continue;
-            R a = acc[q][j];
-            if (bias) a = V::add(a, V::load(bp.data() + (g * nb + b) * BW + j * L));
-            const i64 o = g * cog + b * BW + j * L;
-            put_lanes(y, a, ys.at(n, oh, ow0 + q, o), ys.c, cog - (b * BW + j * L));
-          }
       }
     });
   }

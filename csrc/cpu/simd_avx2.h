@@ -11,6 +11,7 @@ struct VF {
   static R bcast(T s) { return _mm256_set1_ps(s); }
   static R fma(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }
   static R add(R a, R b) { return _mm256_add_ps(a, b); }
+  static R canon(R a) { return _mm256_blendv_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)), _mm256_cmp_ps(a, a, _CMP_UNORD_Q)); }
 };
 
 struct VD {
@@ -23,6 +24,7 @@ struct VD {
   static R bcast(T s) { return _mm256_set1_pd(s); }
   static R fma(R a, R b, R c) { return _mm256_fmadd_pd(a, b, c); }
   static R add(R a, R b) { return _mm256_add_pd(a, b); }
+  static R canon(R a) { return _mm256_blendv_pd(a, _mm256_castsi256_pd(_mm256_set1_epi64x(0x7FF8000000000000LL)), _mm256_cmp_pd(a, a, _CMP_UNORD_Q)); }
 };
 
 // Exact binary16 arithmetic in float lanes: TwoSum, round to odd at 24 bits,
@@ -54,4 +56,5 @@ struct VH {
   static R half_round(R a) { return _mm256_cvtph_ps(_mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
   static R fma(R a, R b, R c) { return half_round(ro_sum(_mm256_mul_ps(a, b), c)); }
   static R add(R a, R b) { return half_round(ro_sum(a, b)); }
+  static R canon(R a) { return VF::canon(a); }
 };

@@ -11,6 +11,7 @@ struct VF {
   static R bcast(T s) { return _mm512_set1_ps(s); }
   static R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
   static R add(R a, R b) { return _mm512_add_ps(a, b); }
+  static R canon(R a) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), a, _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000))); }
 };
 
 struct VD {
@@ -23,6 +24,7 @@ struct VD {
   static R bcast(T s) { return _mm512_set1_pd(s); }
   static R fma(R a, R b, R c) { return _mm512_fmadd_pd(a, b, c); }
   static R add(R a, R b) { return _mm512_add_pd(a, b); }
+  static R canon(R a) { return _mm512_mask_blend_pd(_mm512_cmp_pd_mask(a, a, _CMP_UNORD_Q), a, _mm512_castsi512_pd(_mm512_set1_epi64(0x7FF8000000000000LL))); }
 };
 
 // Exact binary16 arithmetic in float lanes (see simd_avx2.h / numerics.h).
@@ -52,4 +54,5 @@ struct VH {
   static R half_round(R a) { return _mm512_cvtph_ps(_mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
   static R fma(R a, R b, R c) { return half_round(ro_sum(_mm512_mul_ps(a, b), c)); }
   static R add(R a, R b) { return half_round(ro_sum(a, b)); }
+  static R canon(R a) { return VF::canon(a); }
 };

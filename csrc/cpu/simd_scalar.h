@@ -14,6 +14,7 @@ struct ScalarVecBase {
   static R load(const T* p) { R r; std::memcpy(r.v, p, sizeof(r.v)); return r; }
   static void store(T* p, const R& a) { std::memcpy(p, a.v, sizeof(a.v)); }
   static R bcast(T s) { R r; for (int l = 0; l < L; ++l) r.v[l] = s; return r; }
+  static R canon(const R& a) { R r; for (int l = 0; l < L; ++l) r.v[l] = a.v[l] != a.v[l] ? canonical_nan<T_>() : a.v[l]; return r; }
 };
 
 struct VF : ScalarVecBase<float, 8, 4, 1> {
