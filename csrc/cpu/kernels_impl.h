@@ -12,6 +12,7 @@ struct Kernels {
   using T = typename V::T;
   using R = typename V::R;
   static constexpr int L = V::L, PW = V::kPW, NV = V::kNV, BW = L * NV;
+  static constexpr int TI = V::kTI;  // input channels per dense dw register tile
 
   // Writes lanes [0, n) of a vector block to out.put(base + lane*stride).
   // v by value: taking an accumulator's address would pin it to memory and spill in the hot loop.
@@ -467,17 +468,18 @@ struct Kernels {
   }
 
   // The r loop of one dense dw tile, on private accumulators (see micro()).
-  static inline __attribute__((always_inline)) void wgrad_dense_fold(R (&acc)[PW][NV], const ConvProblem& p,
+  static inline __attribute__((always_inline)) void wgrad_dense_fold(R (&acc)[TI][NV], const ConvProblem& p,
                                                                      const Chunks& ch, i64 k, i64 kh, i64 kw,
                                                                      const Rows<T>& x, i64 xoff, const Rows<T>& dy,
                                                                      i64 dyoff, const T* zeros) {
-    R a[PW][NV];
-    for (int t = 0; t < PW; ++t)
+    R a[TI][NV];
+    for (int t = 0; t < TI; ++t)
       for (int j = 0; j < NV; ++j) a[t][j] = V::zero();
-    // r ascending, walked one output row segment (fixed n, oh) at a time.
-    for (i64 r = ch.begin(k), end = ch.end(k); r < end;) {
-      i64 n, oh, ow;
-      split_r(p, r, n, oh, ow);
+    // r ascending, walked one output row segment (fixed n, oh) at a time;
+    // one division for the chunk, none per segment.
+    i64 n, oh, ow;
+    split_r(p, ch.begin(k), n, oh, ow);
+    for (i64 r = ch.begin(k), end = ch.end(k); r < end; ow = 0, oh = oh + 1 == p.OH ? 0 : oh + 1, n += oh == 0) {
       const i64 seg = std::min(end - r, p.OW - ow);
       const i64 ih = fprop_in_row(p, oh, kh);
       const bool row_in = ih >= 0 && ih < p.H;
@@ -489,14 +491,14 @@ struct Kernels {
         const T* xp = (row_in && iw >= 0 && iw < p.W) ? xrow + iw * p.C : zeros;
         R dv[NV];
         for (int j = 0; j < NV; ++j) dv[j] = V::load(dyr + j * L);
-        for (int t = 0; t < PW; ++t) {
+        for (int t = 0; t < TI; ++t) {
           const R xv = V::bcast(xp[t]);
           for (int j = 0; j < NV; ++j) a[t][j] = V::fma(xv, dv[j], a[t][j]);
         }
       }
       r += seg;
     }
-    for (int t = 0; t < PW; ++t)
+    for (int t = 0; t < TI; ++t)
       for (int j = 0; j < NV; ++j) acc[t][j] = a[t][j];
   }
 
@@ -504,20 +506,36 @@ struct Kernels {
   // (kh, kw) tap in registers; the fold runs over r inside one chunk.
   static void wgrad_dense(const ConvProblem& p, const Chunks& ch, const Rows<T>& x, const Rows<T>& dy, T* parts,
                           const CpuExecutor& ex) {
-    constexpr int P = PW;
+    constexpr int P = TI;
     const i64 cog = p.Cog(), nb = ceil_div(cog, BW), ib = ceil_div(p.Cg, P), F = p.filter_elems();
     const std::vector<T> zeros(P + kPad, T(0));
     const i64 units = ch.P * p.G * nb * p.KH * p.KW * ib;
     ex.parallel_for(units, ch.L * P * BW, [&](i64 u0, i64 u1) {
       FpEnvGuard guard;
       alignas(64) T tmp[L];
+      // Unit u = ((((k*G + g)*KH + kh)*KW + kw)*ib + bi)*nb + b, decoded once and then counted
+      // up. Output-channel blocks innermost: one i-block's x values stay in L1 while the
+      // chunk's dy rows (all channels) stay in L2.
+      i64 rem = u0;
+      i64 b = rem % nb; rem /= nb;
+      i64 bi = rem % ib; rem /= ib;
+      i64 kw = rem % p.KW; rem /= p.KW;
+      i64 kh = rem % p.KH; rem /= p.KH;
+      i64 g = rem % p.G, k = rem / p.G;
       for (i64 u = u0; u < u1; ++u) {
-        i64 rem = u;
-        const i64 bi = rem % ib; rem /= ib;
-        const i64 kw = rem % p.KW; rem /= p.KW;
-        const i64 kh = rem % p.KH; rem /= p.KH;
-        const i64 b = rem % nb; rem /= nb;
-        const i64 g = rem % p.G, k = rem / p.G;
+        if (u > u0 && ++b == nb) {
+          b = 0;
+          if (++bi == ib) {
+            bi = 0;
+            if (++kw == p.KW) {
+              kw = 0;
+              if (++kh == p.KH) {
+                kh = 0;
+                if (++g == p.G) { g = 0; ++k; }
+              }
+            }
+          }
+        }
         const i64 i0 = bi * P, o0 = g * cog + b * BW;
         R acc[P][NV];
         wgrad_dense_fold(acc, p, ch, k, kh, kw, x, g * p.Cg + i0, dy, o0, zeros.data());

@@ -4,7 +4,7 @@
 struct VF {
   using T = float;
   using R = __m256;
-  static constexpr int L = 8, kPW = 4, kNV = 2;  // 8 accumulators of 16 registers
+  static constexpr int L = 8, kPW = 4, kNV = 2, kTI = 6;  // 8 (dw tiles: 12) accumulators of 16 registers
   static R zero() { return _mm256_setzero_ps(); }
   static R load(const T* p) { return _mm256_loadu_ps(p); }
   static void store(T* p, R a) { _mm256_storeu_ps(p, a); }
@@ -17,7 +17,7 @@ struct VF {
 struct VD {
   using T = double;
   using R = __m256d;
-  static constexpr int L = 4, kPW = 4, kNV = 2;
+  static constexpr int L = 4, kPW = 4, kNV = 2, kTI = 4;
   static R zero() { return _mm256_setzero_pd(); }
   static R load(const T* p) { return _mm256_loadu_pd(p); }
   static void store(T* p, R a) { _mm256_storeu_pd(p, a); }
@@ -32,7 +32,7 @@ struct VD {
 struct VH {
   using T = float;
   using R = __m256;
-  static constexpr int L = 8, kPW = 2, kNV = 1;
+  static constexpr int L = 8, kPW = 2, kNV = 1, kTI = 2;
   static R zero() { return _mm256_setzero_ps(); }
   static R load(const T* p) { return _mm256_loadu_ps(p); }
   static void store(T* p, R a) { _mm256_storeu_ps(p, a); }

@@ -4,7 +4,7 @@
 struct VF {
   using T = float;
   using R = __m512;
-  static constexpr int L = 16, kPW = 6, kNV = 2;  // 12 accumulators of 32 registers
+  static constexpr int L = 16, kPW = 6, kNV = 2, kTI = 6;  // 12 accumulators of 32 registers
   static R zero() { return _mm512_setzero_ps(); }
   static R load(const T* p) { return _mm512_loadu_ps(p); }
   static void store(T* p, R a) { _mm512_storeu_ps(p, a); }
@@ -17,7 +17,7 @@ struct VF {
 struct VD {
   using T = double;
   using R = __m512d;
-  static constexpr int L = 8, kPW = 6, kNV = 2;
+  static constexpr int L = 8, kPW = 6, kNV = 2, kTI = 6;
   static R zero() { return _mm512_setzero_pd(); }
   static R load(const T* p) { return _mm512_loadu_pd(p); }
   static void store(T* p, R a) { _mm512_storeu_pd(p, a); }
@@ -31,7 +31,7 @@ struct VD {
 struct VH {
   using T = float;
   using R = __m512;
-  static constexpr int L = 16, kPW = 2, kNV = 1;
+  static constexpr int L = 16, kPW = 2, kNV = 1, kTI = 2;
   static R zero() { return _mm512_setzero_ps(); }
   static R load(const T* p) { return _mm512_loadu_ps(p); }
   static void store(T* p, R a) { _mm512_storeu_ps(p, a); }
