@@ -26,6 +26,10 @@ CASES = [
     ("1x1", (2, 5, 5, 24), (1, 1, 24, 20), 1, 1, "VALID"),
     ("wide-co", (1, 5, 6, 3), (3, 3, 3, 40), 1, 1, "SAME"),
     ("stem-7x7-s2", (1, 16, 16, 3), (7, 7, 3, 8), 2, 1, "SAME"),
+    # Rows wide enough for whole interior register blocks (contiguous (kw, i) runs, row tiles).
+    ("wide-row-c3", (2, 5, 23, 3), (3, 5, 3, 8), 1, 1, "SAME"),
+    ("wide-row-s2-c20", (1, 6, 30, 20), (3, 3, 20, 12), (1, 2), 1, "SAME"),
+    ("wide-row-dw", (1, 4, 29, 16), (3, 3, 1, 16), 2, 1, "SAME"),
 ]
 
 DTYPES = [("float32", None), ("float64", None), ("float16", None), ("float16", "float16"), ("bfloat16", None)]

@@ -142,16 +142,30 @@ struct Kernels {
           }
         } else {
           for (i64 wb = 0; wb < owb; ++wb) {
+            const i64 ow0 = wb * P;
+            // With one group and no width dilation, the (kw, i) part of the fold
+            // walks one contiguous run of KW*C input values; where the run lies
+            // inside the row for all P outputs, fold it in one sweep.
+            const bool run = p.G == 1 && p.dw == 1 && ow0 + P <= p.OW && fprop_in_col(p, ow0, 0) >= 0 &&
+                             fprop_in_col(p, ow0 + P - 1, p.KW - 1) < p.W;
             R acc[P][NV];
             for (int q = 0; q < P; ++q)
               for (int j = 0; j < NV; ++j) acc[q][j] = V::zero();
-            for (i64 kh = 0; kh < p.KH; ++kh)
+            for (i64 kh = 0; kh < p.KH; ++kh) {
+              const i64 ih = fprop_in_row(p, oh, kh);
+              if (run && ih >= 0 && ih < p.H) {
+                const T* xp[P];
+                for (int q = 0; q < P; ++q) xp[q] = x.row(n * p.H + ih) + fprop_in_col(p, ow0 + q, 0) * p.C;
+                micro(acc, xp, wg + kh * p.KW * p.Cg * BW, p.KW * p.Cg);
+                continue;
+              }
               for (i64 kw = 0; kw < p.KW; ++kw) {
                 const T* xp[P];
-                tap(wb * P, kh, kw, xp);
+                tap(ow0, kh, kw, xp);
                 micro(acc, xp, wg + (kh * p.KW + kw) * p.Cg * BW, p.Cg);
               }
-            emit(wb * P, acc);
+            }
+            emit(ow0, acc);
           }
         }
       }
