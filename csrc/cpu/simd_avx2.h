@@ -32,7 +32,7 @@ struct VD {
 struct VH {
   using T = float;
   using R = __m256;
-  static constexpr int L = 8, kPW = 2, kNV = 1, kTI = 2;
+  static constexpr int L = 8, kPW = 4, kNV = 2, kTI = 4;  // many chains: the emulated fma is latency-bound
   static R zero() { return _mm256_setzero_ps(); }
   static R load(const T* p) { return _mm256_loadu_ps(p); }
   static void store(T* p, R a) { _mm256_storeu_ps(p, a); }

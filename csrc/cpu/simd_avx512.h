@@ -31,7 +31,7 @@ struct VD {
 struct VH {
   using T = float;
   using R = __m512;
-  static constexpr int L = 16, kPW = 2, kNV = 1, kTI = 2;
+  static constexpr int L = 16, kPW = 4, kNV = 2, kTI = 4;  // many chains: the emulated fma is latency-bound
   static R zero() { return _mm512_setzero_ps(); }
   static R load(const T* p) { return _mm512_loadu_ps(p); }
   static void store(T* p, R a) { _mm512_storeu_ps(p, a); }
