@@ -190,6 +190,18 @@ def _table(rows, args, tf, dc, threads, elapsed, peak):
     return "\n".join(out)
 
 
+def _progress(done, total, what):
+    """A progress bar on a terminal (one line, redrawn), plain lines otherwise; on stderr."""
+    width = 30
+    filled = width * done // max(total, 1)
+    bar = f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total}  {what}"
+    if sys.stderr.isatty():
+        sys.stderr.write("\r\033[K" + bar + ("\n" if done == total else ""))
+    else:
+        sys.stderr.write(bar + "\n")
+    sys.stderr.flush()
+
+
 def _peak_threads(args):
     return args.threads or os.cpu_count() or 1
 
@@ -237,8 +249,10 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     start = time.time()
     rows = []
+    layers = _select_layers(args)
+    total = len(layers) * len(args.passes)
     with tf.device("/CPU:0"):
-        for layer in _select_layers(args):
+        for layer in layers:
             cells = _cells(tf, dc, layer, args.batch, dtype, args.accumulation, rng)
             for p in args.passes:
                 flops, tf_fn, dc_fn = cells[p]
@@ -256,8 +270,8 @@ def main(argv=None):
                     row["ratio"] = row["tf_ms"] / row["dc_ms"]
                     row["diff"] = f"{_rel_diff(tf, tf_fn(), dc_fn()):.1e}"
                 rows.append(row)
-                print(f"  {layer[0]:<22} {p:<3}  tf {_fmt_ms(row['tf_ms']):>8} ms  detconv "
-                      f"{_fmt_ms(row['dc_ms']):>8} ms", file=sys.stderr, flush=True)
+                _progress(len(rows), total, f"{layer[0]} {p}: tf {_fmt_ms(row['tf_ms'])} ms, detconv "
+                          f"{_fmt_ms(row['dc_ms'])} ms")
     peak = dc.cpu_fma_peak_gflops(_peak_threads(args))
     print(_table(rows, args, tf, dc, threads, time.time() - start, peak))
     if args.png:
