@@ -55,7 +55,7 @@ def test_subnormals_are_kept(rng, dtype):
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
 def test_nan_inf_canonical(rng, dtype):
     x = rand(rng, (2, 5, 5, 3), dtype)
-    f = rand(rng, (3, 3, 3, 4), dtype)
+    f = rand(rng, (3, 3, 3, 20), dtype)  # 20 out-channels: whole vectors and a tail
     nan_payload = {"float32": np.uint32(0x7FA00001), "float64": np.uint64(0xFFF0000000000123),
                    "float16": np.uint16(0xFD01), "bfloat16": np.uint16(0xFFA1)}[dtype]
     x.view(nan_payload.dtype)[0, 1, 1, 0] = nan_payload  # signalling / negative NaN with payload

@@ -80,6 +80,7 @@ struct IsaKernels {
   double (*fma_probe)(i64 iters);  // flops done by a dependency-free fma loop (peak measurement)
 };
 struct IsaTable {
+  void (*half_to_float)(const std::uint16_t* src, float* dst, i64 n);  // exact, vectorized where the ISA can
   IsaKernels<float> f32;    // float32 accumulation (float32, bfloat16, float16 inputs)
   IsaKernels<double> f64;   // float64
   IsaKernels<float> h16;    // native binary16 accumulation, values held in float

@@ -6,6 +6,7 @@
 #include "cpu/cpu_common.h"
 
 #pragma GCC push_options
+#define DETCONV_HAVE_F16C 1
 #pragma GCC target("avx2,fma,f16c")
 namespace detconv {
 namespace cpu {

@@ -28,6 +28,12 @@ struct Kernels {
       }
       return;
     }
+    if constexpr (sizeof(T) == 4) {
+      if (stride == 1 && n >= L && out.dtype == DType::kFloat16) {  // binary16 outputs, vectorized
+        V::store_half(static_cast<std::uint16_t*>(out.base) + base, v);
+        return;
+      }
+    }
     alignas(64) T tmp[L];
     V::store(tmp, v);
     for (i64 l = 0; l < n && l < L; ++l) out.put(base + l * stride, tmp[l]);
@@ -692,8 +698,19 @@ struct Kernels {
   static IsaKernels<T> table() { return IsaKernels<T>{&fprop, &dgrad, &wgrad, &bgrad, &fma_probe}; }
 };
 
+// binary16 -> binary32 for a run of values (exact; F16C where the ISA has it).
+inline void half_run_to_float(const std::uint16_t* src, float* dst, i64 n) {
+  i64 k = 0;
+#if defined(__F16C__) || defined(DETCONV_HAVE_F16C)
+  for (; k + 8 <= n; k += 8)
+    _mm256_storeu_ps(dst + k, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + k))));
+#endif
+  for (; k < n; ++k) dst[k] = half_to_float(src[k]);
+}
+
 inline IsaTable make_table() {
   IsaTable t;
+  t.half_to_float = &half_run_to_float;
   t.f32 = Kernels<VF>::table();
   t.f64 = Kernels<VD>::table();
   t.h16 = Kernels<VH>::table();

@@ -12,6 +12,15 @@ struct VF {
   static R fma(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }
   static R add(R a, R b) { return _mm256_add_ps(a, b); }
   static R canon(R a) { return _mm256_blendv_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)), _mm256_cmp_ps(a, a, _CMP_UNORD_Q)); }
+  // Rounds 8 lanes to binary16 (nearest even, F16C) with canonical NaNs.
+  static void store_half(std::uint16_t* dst, R a) {
+    const __m256 nan = _mm256_cmp_ps(a, a, _CMP_UNORD_Q);
+    __m128i h = _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256i m = _mm256_castps_si256(nan);
+    const __m128i m16 = _mm_packs_epi32(_mm256_castsi256_si128(m), _mm256_extractf128_si256(m, 1));
+    h = _mm_blendv_epi8(h, _mm_set1_epi16(0x7E00), m16);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), h);
+  }
 };
 
 struct VD {
@@ -57,4 +66,5 @@ struct VH {
   static R fma(R a, R b, R c) { return half_round(ro_sum(_mm256_mul_ps(a, b), c)); }
   static R add(R a, R b) { return half_round(ro_sum(a, b)); }
   static R canon(R a) { return VF::canon(a); }
+  static void store_half(std::uint16_t* dst, R a) { VF::store_half(dst, a); }
 };

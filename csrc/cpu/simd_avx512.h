@@ -12,6 +12,12 @@ struct VF {
   static R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
   static R add(R a, R b) { return _mm512_add_ps(a, b); }
   static R canon(R a) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), a, _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000))); }
+  // Rounds 16 lanes to binary16 (nearest even, F16C) with canonical NaNs.
+  static void store_half(std::uint16_t* dst, R a) {
+    const __mmask16 nan = _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q);
+    const __m256i h = _mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm256_mask_blend_epi16(nan, h, _mm256_set1_epi16(0x7E00)));
+  }
 };
 
 struct VD {
@@ -55,4 +61,5 @@ struct VH {
   static R fma(R a, R b, R c) { return half_round(ro_sum(_mm512_mul_ps(a, b), c)); }
   static R add(R a, R b) { return half_round(ro_sum(a, b)); }
   static R canon(R a) { return VF::canon(a); }
+  static void store_half(std::uint16_t* dst, R a) { VF::store_half(dst, a); }
 };
