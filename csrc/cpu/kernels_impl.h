@@ -29,8 +29,12 @@ struct Kernels {
       return;
     }
     if constexpr (sizeof(T) == 4) {
-      if (stride == 1 && n >= L && out.dtype == DType::kFloat16) {  // binary16 outputs, vectorized
+      if (stride == 1 && n >= L && out.dtype == DType::kFloat16) {  // 16-bit outputs, vectorized
         V::store_half(static_cast<std::uint16_t*>(out.base) + base, v);
+        return;
+      }
+      if (stride == 1 && n >= L && out.dtype == DType::kBFloat16) {
+        V::store_bf16(static_cast<std::uint16_t*>(out.base) + base, v);
         return;
       }
     }

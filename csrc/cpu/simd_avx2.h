@@ -21,6 +21,15 @@ struct VF {
     h = _mm_blendv_epi8(h, _mm_set1_epi16(0x7E00), m16);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), h);
   }
+  // Rounds 8 lanes to bfloat16 (nearest even on the bits) with canonical NaNs.
+  static void store_bf16(std::uint16_t* dst, R a) {
+    const __m256i u = _mm256_castps_si256(a);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7FFF)), lsb), 16);
+    r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), _mm256_castps_si256(_mm256_cmp_ps(a, a, _CMP_UNORD_Q)));
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);  // lanes 0-3, 4-7 low
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm256_castsi256_si128(packed));
+  }
 };
 
 struct VD {
@@ -67,4 +76,5 @@ struct VH {
   static R add(R a, R b) { return half_round(ro_sum(a, b)); }
   static R canon(R a) { return VF::canon(a); }
   static void store_half(std::uint16_t* dst, R a) { VF::store_half(dst, a); }
+  static void store_bf16(std::uint16_t* dst, R a) { VF::store_bf16(dst, a); }
 };

@@ -18,6 +18,14 @@ struct VF {
     const __m256i h = _mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm256_mask_blend_epi16(nan, h, _mm256_set1_epi16(0x7E00)));
   }
+  // Rounds 16 lanes to bfloat16 (nearest even on the bits) with canonical NaNs.
+  static void store_bf16(std::uint16_t* dst, R a) {
+    const __m512i u = _mm512_castps_si512(a);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb), 16);
+    r = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), r, _mm512_set1_epi32(0x7FC0));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtepi32_epi16(r));
+  }
 };
 
 struct VD {
@@ -62,4 +70,5 @@ struct VH {
   static R add(R a, R b) { return half_round(ro_sum(a, b)); }
   static R canon(R a) { return VF::canon(a); }
   static void store_half(std::uint16_t* dst, R a) { VF::store_half(dst, a); }
+  static void store_bf16(std::uint16_t* dst, R a) { VF::store_bf16(dst, a); }
 };

@@ -15,6 +15,7 @@ struct ScalarVecBase {
   static void store(T* p, const R& a) { std::memcpy(p, a.v, sizeof(a.v)); }
   static R bcast(T s) { R r; for (int l = 0; l < L; ++l) r.v[l] = s; return r; }
   static void store_half(std::uint16_t* dst, const R& a) { for (int l = 0; l < L; ++l) dst[l] = float_to_half(float(a.v[l])); }
+  static void store_bf16(std::uint16_t* dst, const R& a) { for (int l = 0; l < L; ++l) dst[l] = float_to_bf16(float(a.v[l])); }
   static R canon(const R& a) { R r; for (int l = 0; l < L; ++l) r.v[l] = a.v[l] != a.v[l] ? canonical_nan<T_>() : a.v[l]; return r; }
 };
 
