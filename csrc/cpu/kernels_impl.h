@@ -79,6 +79,19 @@ struct Kernels {
       for (int j = 0; j < NV; ++j) V::store(tile + (q * NV + j) * L, r[q][j]);
   }
 
+  // Unit index u = outer * n + inner with inner counted up across a shard, so
+  // the divisions that decode `outer` run once per n units, not per unit.
+  struct InnerCounter {
+    i64 n, inner, outer;
+    InnerCounter(i64 u, i64 n_) : n(n_), inner(u % n_), outer(u / n_) {}
+    bool next() {  // true when outer changed
+      if (++inner < n) return false;
+      inner = 0;
+      ++outer;
+      return true;
+    }
+  };
+
   // ====================================================== Fprop
   // Dense: lanes over BW output channels of one group, PW output pixels of a row.
   template <int P>
@@ -253,12 +266,15 @@ struct Kernels {
     const Strides4 ys = y.s;
     ex.parallel_for(units, khw * BW * P, [&](i64 u0, i64 u1) {
       FpEnvGuard guard;
-      for (i64 u = u0; u < u1; ++u) {
-        i64 rem = u;
-        const i64 wb = rem % owb; rem /= owb;
-        const i64 b = rem % nb; rem /= nb;
-        const i64 oh = rem % p.OH, n = rem / p.OH;
-        const i64 ow0 = wb * P, o0 = b * BW;
+      InnerCounter c(u0, owb);
+      i64 b = 0, oh = 0, n = 0;
+      for (i64 u = u0; u < u1; ++u, c.next()) {
+        if (u == u0 || c.inner == 0) {
+          i64 rem = c.outer;
+          b = rem % nb; rem /= nb;
+          oh = rem % p.OH; n = rem / p.OH;
+        }
+        const i64 wb = c.inner, ow0 = wb * P, o0 = b * BW;
         R acc[P][NV];
         fprop_dw_block<P>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0);
         for (int q = 0; q < P; ++q)
@@ -289,11 +305,14 @@ struct Kernels {
     PixelBlocks(const ConvProblem& p, int P)
         : sw(p.sw), W(p.W), per_phase(ceil_div(p.W, p.sw)), blocks_per_phase(ceil_div(ceil_div(p.W, p.sw), P)) {}
     i64 count() const { return sw * blocks_per_phase; }
-    // Column of pixel q of block b, or -1 past the row.
-    i64 col(i64 b, int P, int q) const {
+    // Columns of the P pixels of block b, -1 past the row.
+    template <int P>
+    void cols(i64 b, i64 (&iw)[P]) const {
       const i64 ph = b / blocks_per_phase, k = b % blocks_per_phase;
-      const i64 iw = ph + (k * P + q) * sw;
-      return iw < W ? iw : -1;
+      for (int q = 0; q < P; ++q) {
+        const i64 c = ph + (k * P + q) * sw;
+        iw[q] = c < W ? c : -1;
+      }
     }
   };
 
@@ -342,14 +361,18 @@ struct Kernels {
     const Strides4 xs = dx.s;
     ex.parallel_for(units, khw * cog * BW * P, [&](i64 u0, i64 u1) {
       FpEnvGuard guard;
-      for (i64 u = u0; u < u1; ++u) {
-        i64 rem = u;
-        const i64 wb = rem % pb.count(); rem /= pb.count();
-        const i64 b = rem % nb; rem /= nb;
-        const i64 g = rem % p.G; rem /= p.G;
-        const i64 ih = rem % p.H, n = rem / p.H;
+      InnerCounter c(u0, pb.count());
+      i64 b = 0, g = 0, ih = 0, n = 0;
+      for (i64 u = u0; u < u1; ++u, c.next()) {
+        if (u == u0 || c.inner == 0) {
+          i64 rem = c.outer;
+          b = rem % nb; rem /= nb;
+          g = rem % p.G; rem /= p.G;
+          ih = rem % p.H; n = rem / p.H;
+        }
+        const i64 wb = c.inner;
         i64 iw[P];
-        for (int q = 0; q < P; ++q) iw[q] = pb.col(wb, P, q);
+        pb.cols(wb, iw);
         R acc[P][NV];
         for (int q = 0; q < P; ++q)
           for (int j = 0; j < NV; ++j) acc[q][j] = V::zero();
@@ -454,14 +477,17 @@ struct Kernels {
     const Strides4 xs = dx.s;
     ex.parallel_for(units, khw * cog * BW * P, [&](i64 u0, i64 u1) {
       FpEnvGuard guard;
-      for (i64 u = u0; u < u1; ++u) {
-        i64 rem = u;
-        const i64 wb = rem % pb.count(); rem /= pb.count();
-        const i64 b = rem % nb; rem /= nb;
-        const i64 ih = rem % p.H, n = rem / p.H;
-        const i64 c0 = b * BW;
+      InnerCounter c(u0, pb.count());
+      i64 b = 0, ih = 0, n = 0;
+      for (i64 u = u0; u < u1; ++u, c.next()) {
+        if (u == u0 || c.inner == 0) {
+          i64 rem = c.outer;
+          b = rem % nb; rem /= nb;
+          ih = rem % p.H; n = rem / p.H;
+        }
+        const i64 wb = c.inner, c0 = b * BW;
         i64 iw[P];
-        for (int q = 0; q < P; ++q) iw[q] = pb.col(wb, P, q);
+        pb.cols(wb, iw);
         R acc[P][NV];
         dgrad_dw_block<P>(acc, p, dyin, wt.data(), cp, n, ih, iw, c0);
         for (int q = 0; q < P; ++q)
