@@ -266,15 +266,16 @@ struct Kernels {
     const Strides4 ys = y.s;
     ex.parallel_for(units, khw * BW * P, [&](i64 u0, i64 u1) {
       FpEnvGuard guard;
-      InnerCounter c(u0, owb);
-      i64 b = 0, oh = 0, n = 0;
+      // Channel blocks innermost: consecutive units read the same pixels' channels in order.
+      InnerCounter c(u0, nb);
+      i64 wb = 0, oh = 0, n = 0;
       for (i64 u = u0; u < u1; ++u, c.next()) {
         if (u == u0 || c.inner == 0) {
           i64 rem = c.outer;
-          b = rem % nb; rem /= nb;
+          wb = rem % owb; rem /= owb;
           oh = rem % p.OH; n = rem / p.OH;
         }
-        const i64 wb = c.inner, ow0 = wb * P, o0 = b * BW;
+        const i64 b = c.inner, ow0 = wb * P, o0 = b * BW;
         R acc[P][NV];
         fprop_dw_block<P>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0);
         for (int q = 0; q < P; ++q)
