@@ -45,4 +45,7 @@ def __dir__():
 # With TensorFlow already in the process (the usual case), register the ops at
 # import: `import detconv` is then enough to load a SavedModel that uses them.
 if sys.modules.get("tensorflow") is not None:
-    importlib.import_module("detconv.ops")
+    try:
+        importlib.import_module("detconv.ops")
+    except ImportError:  # library not built (source checkout): reference/kernels still import; ops raise on use
+        pass
