@@ -504,6 +504,16 @@ struct Kernels {
   }
 
   // ====================================================== Wgrad / Bgrad
+  // Stores the first n (<= L: only those) lanes of v to dst; tmp is scratch.
+  static void store_lanes(T* dst, R v, i64 n, T* tmp) {
+    if (n >= L) {
+      V::store(dst, v);
+      return;
+    }
+    V::store(tmp, v);
+    for (i64 l = 0; l < n; ++l) dst[l] = tmp[l];
+  }
+
   // Adds the P chunk parts of every element in chunk order and rounds once.
   static void combine(const Chunks& ch, i64 F, const T* parts, const OutSpec& out, const CpuExecutor& ex) {
     const i64 units = ceil_div(F, L);
@@ -593,10 +603,9 @@ struct Kernels {
         for (int t = 0; t < P; ++t)
           for (int j = 0; j < NV; ++j) {
             if (i0 + t >= p.Cg) continue;
-            V::store(tmp, acc[t][j]);
             const i64 ol0 = b * BW + j * L;
             T* dst = parts + k * F + ((kh * p.KW + kw) * p.Cg + i0 + t) * p.Co + g * cog + ol0;
-            for (i64 l = 0; l < L && ol0 + l < cog; ++l) dst[l] = tmp[l];
+            store_lanes(dst, acc[t][j], cog - ol0, tmp);
           }
       }
     });
@@ -660,9 +669,8 @@ struct Kernels {
         for (int t = 0; t < P; ++t)
           for (int j = 0; j < NV; ++j) {
             if (kw0 + t >= p.KW) continue;
-            V::store(tmp, acc[t][j]);
             T* dst = parts + k * F + (kh * p.KW + kw0 + t) * p.Co + o0 + j * L;
-            for (i64 l = 0; l < L && o0 + j * L + l < p.Co; ++l) dst[l] = tmp[l];
+            store_lanes(dst, acc[t][j], p.Co - (o0 + j * L), tmp);
           }
       }
     });
@@ -702,8 +710,7 @@ struct Kernels {
           for (i64 e = 0; e < seg; ++e) s = V::add(s, V::load(d + e * F));
           r += seg;
         }
-        V::store(tmp, s);
-        for (i64 l = 0; l < L && o0 + l < F; ++l) parts[k * F + o0 + l] = tmp[l];
+        store_lanes(parts.data() + k * F + o0, s, F - o0, tmp);
       }
     });
     combine(ch, F, parts.data(), db, ex);
