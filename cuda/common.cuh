@@ -229,6 +229,29 @@ inline unsigned grid_for(i64 tiles) {
 }
 
 __host__ __device__ __forceinline__ i64 min64(i64 a, i64 b) { return a < b ? a : b; }
+
+// The output columns of column tile jt: groups g_lo .. g_lo+gbe-1 and, in each,
+// columns j0 .. j0+to-1 of its Jg. Either a tile splits one group (geo.gb == 1,
+// geo.jt_per_group tiles of TJ columns per group) or packs geo.gb whole groups.
+struct ColumnTile {
+  i64 g_lo, j0, to, gbe;
+};
+template <int TJ, class Geo>
+__host__ __device__ __forceinline__ ColumnTile column_tile(const Geo& geo, i64 jt, i64 Jg, i64 G) {
+  ColumnTile c;
+  if (geo.gb == 1) {
+    c.g_lo = jt / geo.jt_per_group;
+    c.j0 = (jt % geo.jt_per_group) * TJ;
+    c.to = min64(TJ, Jg - c.j0);
+    c.gbe = 1;
+  } else {
+    c.g_lo = jt * geo.gb;
+    c.j0 = 0;
+    c.to = Jg;
+    c.gbe = min64(geo.gb, G - c.g_lo);
+  }
+  return c;
+}
 __host__ __device__ __forceinline__ i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
 
 }  // namespace gpu

@@ -134,18 +134,8 @@ conv_tiled_kernel(const ConvProblem p, const ConvGeo geo, const typename Num::T*
     const i64 q0 = ptile * TP;
     if (q0 >= count) continue;  // uniform over the block
     // ---- which columns
-    i64 g_lo, j0, to, gbe;
-    if (geo.gb == 1) {
-      g_lo = jt / geo.jt_per_group;
-      j0 = (jt % geo.jt_per_group) * TJ;
-      to = min64(TJ, Jg - j0);
-      gbe = 1;
-    } else {
-      g_lo = jt * geo.gb;
-      j0 = 0;
-      to = Jg;
-      gbe = min64(geo.gb, p.G - g_lo);
-    }
+    const ColumnTile ct = column_tile<TJ>(geo, jt, Jg, p.G);
+    const i64 g_lo = ct.g_lo, j0 = ct.j0, to = ct.to, gbe = ct.gbe;
     const int ncols = int(gbe * to);
 
     __syncthreads();  // the previous tile is done with pix_*

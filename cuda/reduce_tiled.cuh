@@ -97,18 +97,8 @@ wgrad_part_kernel(const ConvProblem p, const WgradGeo geo, const Chunks chunks, 
     const i64 rest = tile / geo.n_jtiles;
     const i64 it = rest % geo.n_itiles;
     const i64 chunk = rest / geo.n_itiles;
-    i64 g_lo, j0, to, gbe;
-    if (geo.gb == 1) {
-      g_lo = jt / geo.jt_per_group;
-      j0 = (jt % geo.jt_per_group) * TJ;
-      to = min64(TJ, Jg - j0);
-      gbe = 1;
-    } else {
-      g_lo = jt * geo.gb;
-      j0 = 0;
-      to = Jg;
-      gbe = min64(geo.gb, p.G - g_lo);
-    }
+    const ColumnTile ct = column_tile<TJ>(geo, jt, Jg, p.G);
+    const i64 g_lo = ct.g_lo, j0 = ct.j0, to = ct.to, gbe = ct.gbe;
     const int ncols = int(gbe * to);
     const i64 rho0 = it * geo.ti;
     const int tie = int(min64(geo.ti, geo.RT - rho0));
