@@ -105,7 +105,7 @@ def test_nchw_same_bits(rng, case, dtype, acc):
     ((2, 16, 16, 4), (3, 3, 4, 8), 1, "SAME"),        # R=512: 8 chunks of 64
     ((3, 13, 11, 6), (3, 3, 3, 4), 1, "VALID"),      # groups, ragged last chunk
     ((2, 20, 20, 8), (3, 3, 1, 8), 1, "SAME"),       # depthwise, 13 chunks
-    ((2, 24, 24, 64), (1, 1, 64, 1024), 1, "VALID"),  # F = 2^16: ceil(2^22/F) = 64 chunks bind
+    ((2, 48, 48, 8), (16, 16, 8, 64), 1, "VALID"),  # F = 2^17, R = 2178: ceil(2^22/F) = 32 < ceil(R/64) binds
 ])
 def test_filter_grad_multi_chunk(rng, xs, fs, st, pad):
     x, f = rand(rng, xs, "float32"), rand(rng, fs, "float32")
@@ -114,6 +114,8 @@ def test_filter_grad_multi_chunk(rng, xs, fs, st, pad):
     R, F = y_shape[0] * y_shape[1] * y_shape[2], int(np.prod(fs))
     L, P = ref.reduction_chunks(R, F)
     assert P > 1
+    if F == 2**17:
+        assert P == 32 and -(-2**22 // F) < -(-R // 64), "the 2^22/F term must be the one that binds"
     got = detconv.conv2d_backprop_filter(x, fs, dy, st, pad).numpy()
     assert_bits_equal(got, ref.conv2d_backprop_filter(x, dy, fs, st, pad), f"dw (P={P}, L={L})")
     # The chunked order really differs from one long fold: a tolerance peer is not enough.
