@@ -261,19 +261,15 @@ def conv2d_transpose(input, filters, output_shape, strides, padding="SAME", data
 
 # ------------------------------------------------------------------ gradients
 def _conv_attrs(op):
-    return {k: op.get_attr(k) for k in ("strides", "dilations", "padding", "explicit_paddings", "data_format")} | {
-        "accumulation": op.get_attr("accumulation").decode() if isinstance(op.get_attr("accumulation"), bytes)
-        else op.get_attr("accumulation")}
-
-
-def _norm(attrs):
-    return {k: (v.decode() if isinstance(v, bytes) else v) for k, v in attrs.items()}
+    """The convolution attributes of a DetConv op, strings decoded, ready to pass to another DetConv op."""
+    names = ("strides", "dilations", "padding", "explicit_paddings", "data_format", "accumulation")
+    return {k: (v.decode() if isinstance(v, bytes) else v) for k, v in ((k, op.get_attr(k)) for k in names)}
 
 
 @tf.RegisterGradient("DetConv>Conv2D")
 def _conv2d_grad(op, dy):
     x, f, b = op.inputs
-    a = _norm(_conv_attrs(op))
+    a = _conv_attrs(op)
     lib = load_ops()
     dx = lib.det_conv_conv2d_backprop_input(tf.shape(x, out_type=tf.int32), f, dy, **a)
     df = lib.det_conv_conv2d_backprop_filter(x, tf.shape(f, out_type=tf.int32), dy, **a)
@@ -287,7 +283,7 @@ def _conv2d_grad(op, dy):
 @tf.RegisterGradient("DetConv>Conv2DBackpropInput")
 def _conv2d_backprop_input_grad(op, ddx):
     _, f, dy = op.inputs
-    a = _norm(_conv_attrs(op))
+    a = _conv_attrs(op)
     lib = load_ops()
     d_dy = lib.det_conv_conv2d(ddx, f, tf.zeros([0], ddx.dtype), use_bias=False, **a)
     d_f = lib.det_conv_conv2d_backprop_filter(ddx, tf.shape(f, out_type=tf.int32), dy, **a)
@@ -297,7 +293,7 @@ def _conv2d_backprop_input_grad(op, ddx):
 @tf.RegisterGradient("DetConv>Conv2DBackpropFilter")
 def _conv2d_backprop_filter_grad(op, ddf):
     x, _, dy = op.inputs
-    a = _norm(_conv_attrs(op))
+    a = _conv_attrs(op)
     lib = load_ops()
     d_x = lib.det_conv_conv2d_backprop_input(tf.shape(x, out_type=tf.int32), ddf, dy, **a)
     d_dy = lib.det_conv_conv2d(x, ddf, tf.zeros([0], x.dtype), use_bias=False, **a)

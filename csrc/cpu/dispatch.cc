@@ -55,13 +55,6 @@ const cpu::IsaTable& table_for(CpuIsa isa) {
 
 const cpu::IsaTable& table() { return table_for(cpu_isa_active()); }
 
-template <class A>
-A to_a(float v) { return A(v); }
-template <class A>
-A to_a(double v) { return A(v); }
-template <class A>
-A to_a(std::uint16_t v, DType dt) { return A(dt == DType::kFloat16 ? half_to_float(v) : bf16_to_float(v)); }
-
 // Calls fn(convert) with a per-element converter for the source dtype, so the
 // dtype switch happens once per tensor, not once per element.
 template <class A, class Fn>

@@ -22,12 +22,6 @@ struct CpuExecutor {
   virtual ~CpuExecutor() = default;
   virtual void parallel_for(i64 units, i64 cost_per_unit, const std::function<void(i64, i64)>& fn) const = 0;
 };
-// Runs everything on the calling thread.
-struct SerialExecutor : CpuExecutor {
-  void parallel_for(i64 units, i64, const std::function<void(i64, i64)>& fn) const override {
-    if (units > 0) fn(0, units);
-  }
-};
 
 enum class CpuIsa : int { kAuto = -1, kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 bool cpu_isa_supported(CpuIsa isa);
