@@ -30,6 +30,9 @@ CASES = [
     ("wide-row-c3", (2, 5, 23, 3), (3, 5, 3, 8), 1, 1, "SAME"),
     ("wide-row-s2-c20", (1, 6, 30, 20), (3, 3, 20, 12), (1, 2), 1, "SAME"),
     ("wide-row-dw", (1, 4, 29, 16), (3, 3, 1, 16), 2, 1, "SAME"),
+    # Input gradients with pixel lanes (few channels per group): whole interior blocks and border masks.
+    ("wide-row-s2-c3", (1, 5, 150, 3), (7, 7, 3, 8), 2, 1, "SAME"),
+    ("wide-row-c1-d2", (1, 4, 70, 1), (3, 5, 1, 4), 1, (1, 2), "SAME"),
 ]
 
 DTYPES = [("float32", None), ("float64", None), ("float16", None), ("float16", "float16"), ("bfloat16", None)]
@@ -191,7 +194,7 @@ def test_empty_batch(rng):
 def test_every_isa_path_same_bits(rng):
     paths = detconv.cpu_isa(supported=True)
     assert "scalar" in paths
-    cases = [CASES[1], CASES[5], CASES[8], CASES[10]]
+    cases = [CASES[1], CASES[5], CASES[8], CASES[10], CASES[-2]]
     results = {}
     try:
         for isa in paths:

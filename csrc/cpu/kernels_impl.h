@@ -498,7 +498,142 @@ struct Kernels {
     });
   }
 
+  // Few input channels per group (the RGB stem): lanes over input pixels
+  // instead of channels. A block is NPV vectors of L pixels of one row and
+  // stride phase, iw = iw0 + l*sw, times the CG channels of one group. Tap kw
+  // sends lane l to output column ow0 + l, so dy is read transposed,
+  // dyt[n*OH + oh][o][ml + ow], with margins for lanes past the borders; a
+  // lane whose tap reaches no output keeps its accumulator (select), so every
+  // lane folds exactly the taps of dgrad_fold, o ascending.
+  // Vectors [V0, V1) of a block, every lane reached: o ascending, dy loaded once per o.
+  template <int CG, int NPV, int V0, int V1>
+  static inline __attribute__((always_inline)) void dgrad_pix_run(R (&a)[CG][NPV], const T* d, i64 ld, const T* w,
+                                                                  i64 cog) {
+    for (i64 o = 0; o < cog; ++o) {
+      R dv[NPV];
+      for (int v = V0; v < V1; ++v) dv[v] = V::load(d + o * ld + v * L);
+      for (int i = 0; i < CG; ++i) {
+        const R fv = V::bcast(w[o * CG + i]);
+        for (int v = V0; v < V1; ++v) a[i][v] = V::fma(dv[v], fv, a[i][v]);
+      }
+    }
+  }
+
+  // One tap for the lanes [lo, hi) it reaches. Lanes from npix on are past
+  // the row (never stored, never masked); whole vectors of them are skipped.
+  template <int CG, int NPV>
+  static inline __attribute__((always_inline)) void dgrad_pix_tap(R (&acc)[CG][NPV], const T* d, i64 ld,
+                                                                  const T* w, i64 cog, i64 lo, i64 hi, i64 npix) {
+    R a[CG][NPV];
+    for (int i = 0; i < CG; ++i)
+      for (int v = 0; v < NPV; ++v) a[i][v] = acc[i][v];
+    const i64 nu = ceil_div(npix, L), he = hi >= npix ? i64(NPV) * L : hi;
+    if (lo == 0 && hi >= npix) {
+      switch (nu) {  // the vectors in use, unrolled
+        case NPV: dgrad_pix_run<CG, NPV, 0, NPV>(a, d, ld, w, cog); break;
+        case 1: dgrad_pix_run<CG, NPV, 0, 1>(a, d, ld, w, cog); break;
+        case 2: dgrad_pix_run<CG, NPV, 0, (NPV < 2 ? NPV : 2)>(a, d, ld, w, cog); break;
+        default: dgrad_pix_run<CG, NPV, 0, (NPV < 3 ? NPV : 3)>(a, d, ld, w, cog); break;
+      }
+    } else {
+#pragma GCC unroll 8
+      for (int v = 0; v < NPV; ++v) {  // border: vector by vector (unrolled: a stays in registers)
+        const int vlo = int(std::clamp<i64>(lo - v * L, 0, L)), vhi = int(std::clamp<i64>(he - v * L, 0, L));
+        if (v >= nu || vhi <= vlo) continue;
+        const typename V::M m = V::lanes(vlo, vhi);
+        const bool whole = vlo == 0 && vhi == L;
+        for (i64 o = 0; o < cog; ++o) {
+          const R dv = V::load(d + o * ld + v * L);
+          for (int i = 0; i < CG; ++i) {
+            const R r = V::fma(dv, V::bcast(w[o * CG + i]), a[i][v]);
+            a[i][v] = whole ? r : V::select(m, r, a[i][v]);
+          }
+        }
+      }
+    }
+    for (int i = 0; i < CG; ++i)
+      for (int v = 0; v < NPV; ++v) acc[i][v] = a[i][v];
+  }
+
+  template <int CG, int NPV>
+  static void dgrad_pix(const ConvProblem& p, const Rows<T>& dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
+    constexpr int BP = NPV * L;
+    const i64 cog = p.Cog(), khw = p.KH * p.KW;
+    // wt[g][kh][kw][o_local][i] = f[kh, kw, i, g*cog + o_local]
+    std::vector<T> wt(p.G * khw * cog * CG + kPad, T(0));
+    for (i64 g = 0; g < p.G; ++g)
+      for (i64 t = 0; t < khw; ++t)
+        for (i64 ol = 0; ol < cog; ++ol)
+          for (i64 i = 0; i < CG; ++i) wt[((g * khw + t) * cog + ol) * CG + i] = f[(t * p.Cg + i) * p.Co + g * cog + ol];
+    const i64 bpp = ceil_div(ceil_div(p.W, p.sw), BP), nblk = p.sw * bpp;
+    // Columns t = iw + pl - kw*dw that any lane of any block meets.
+    const i64 t_min = p.pl - (p.KW - 1) * p.dw, t_max = (p.sw - 1) + (bpp * BP - 1) * p.sw + p.pl;
+    const i64 ml = t_min < 0 ? ceil_div(-t_min, p.sw) : 0, mr = std::max<i64>(0, t_max / p.sw + 1 - p.OW);
+    const i64 ld = ml + p.OW + mr, row_elems = p.Co * ld;
+    // A shard transposes the dy rows it needs into a small cache: the window
+    // of output rows one input row meets, plus one, so rows stay while ih advances.
+    const i64 slots = ((p.KH - 1) * p.dh) / p.sh + 2;
+    const i64 units = p.N * p.H * p.G * nblk;
+    const Strides4 xs = dx.s;
+    ex.parallel_for(units, khw * cog * CG * BP, [&](i64 u0, i64 u1) {
+      FpEnvGuard guard;
+      std::vector<T> cache(slots * row_elems + kPad, T(0));  // margins stay zero
+      std::vector<i64> tag(slots, -1);
+      auto trow = [&](i64 r) {  // dyt[o][ml + ow] of dy row r
+        T* dst = cache.data() + (r % slots) * row_elems;
+        if (tag[r % slots] != r) {
+          const T* src = dy.row(r);
+          for (i64 ow = 0; ow < p.OW; ++ow)
+            for (i64 o = 0; o < p.Co; ++o) dst[o * ld + ml + ow] = src[ow * p.Co + o];
+          tag[r % slots] = r;
+        }
+        return dst + ml;
+      };
+      InnerCounter c(u0, nblk);
+      i64 g = 0, ih = 0, n = 0;
+      for (i64 u = u0; u < u1; ++u, c.next()) {
+        if (u == u0 || c.inner == 0) {
+          i64 rem = c.outer;
+          g = rem % p.G; rem /= p.G;
+          ih = rem % p.H; n = rem / p.H;
+        }
+        const i64 iw0 = c.inner / bpp + (c.inner % bpp) * BP * p.sw;
+        if (iw0 >= p.W) continue;
+        const i64 npix = std::min<i64>(BP, ceil_div(p.W - iw0, p.sw));
+        R acc[CG][NPV];
+        for (int i = 0; i < CG; ++i)
+          for (int v = 0; v < NPV; ++v) acc[i][v] = V::zero();
+        for (i64 kh = 0; kh < p.KH; ++kh) {
+          const i64 oh = dgrad_out_row(p, ih, kh);
+          if (oh < 0) continue;
+          const T* drow = trow(n * p.OH + oh) + g * cog * ld;
+          for (i64 kw = 0; kw < p.KW; ++kw) {
+            const i64 t0 = iw0 + p.pl - kw * p.dw;
+            if ((t0 % p.sw + p.sw) % p.sw != 0) continue;  // this phase meets no output through kw
+            const i64 ow0 = t0 / p.sw, lo = std::max<i64>(0, -ow0), hi = std::min<i64>(BP, p.OW - ow0);
+            if (std::min(hi, npix) <= lo) continue;
+            dgrad_pix_tap<CG, NPV>(acc, drow + ow0, ld, wt.data() + (g * khw + kh * p.KW + kw) * cog * CG, cog, lo, hi,
+                                   npix);
+          }
+        }
+        for (int i = 0; i < CG; ++i)
+          for (int v = 0; v < NPV; ++v)
+            if (v * L < npix)
+              put_lanes(dx, acc[i][v], xs.at(n, ih, iw0 + v * L * p.sw, g * p.Cg + i), xs.w * p.sw, npix - v * L);
+      }
+    });
+  }
+
   static void dgrad(const ConvProblem& p, const Rows<T>& dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
+    // Pixel lanes when channel lanes would be mostly empty (but not depthwise with many groups).
+    if (p.Cg <= 4 && p.Cg * 2 <= L && (p.Cg > 1 || p.C * 2 <= L)) {
+      switch (p.Cg) {
+        case 1: dgrad_pix<1, 4>(p, dy, f, dx, ex); return;
+        case 2: dgrad_pix<2, 4>(p, dy, f, dx, ex); return;
+        case 3: dgrad_pix<3, 4>(p, dy, f, dx, ex); return;
+        default: dgrad_pix<4, 3>(p, dy, f, dx, ex); return;
+      }
+    }
     if (p.Cg == 1) dgrad_dw<PW>(p, dy, f, dx, ex);
     else dgrad_dense<PW>(p, dy, f, dx, ex);
   }

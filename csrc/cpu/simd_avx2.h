@@ -12,6 +12,14 @@ struct VF {
   static R fma(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }
   static R add(R a, R b) { return _mm256_add_ps(a, b); }
   static R canon(R a) { return _mm256_blendv_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)), _mm256_cmp_ps(a, a, _CMP_UNORD_Q)); }
+  // Lane masks: lanes [lo, hi) set; select(m, a, b) takes a where set, else b (exact copies).
+  using M = __m256;
+  static M lanes(int lo, int hi) {
+    const __m256i k = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_castsi256_ps(_mm256_and_si256(_mm256_cmpgt_epi32(k, _mm256_set1_epi32(lo - 1)),
+                                                _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), k)));
+  }
+  static R select(M m, R a, R b) { return _mm256_blendv_ps(b, a, m); }
   // Rounds 8 lanes to binary16 (nearest even, F16C) with canonical NaNs.
   static void store_half(std::uint16_t* dst, R a) {
     const __m256 nan = _mm256_cmp_ps(a, a, _CMP_UNORD_Q);
@@ -42,6 +50,13 @@ struct VD {
   static R bcast(T s) { return _mm256_set1_pd(s); }
   static R fma(R a, R b, R c) { return _mm256_fmadd_pd(a, b, c); }
   static R add(R a, R b) { return _mm256_add_pd(a, b); }
+  using M = __m256d;
+  static M lanes(int lo, int hi) {
+    const __m256i k = _mm256_setr_epi64x(0, 1, 2, 3);
+    return _mm256_castsi256_pd(_mm256_and_si256(_mm256_cmpgt_epi64(k, _mm256_set1_epi64x(lo - 1)),
+                                                _mm256_cmpgt_epi64(_mm256_set1_epi64x(hi), k)));
+  }
+  static R select(M m, R a, R b) { return _mm256_blendv_pd(b, a, m); }
   static R canon(R a) { return _mm256_blendv_pd(a, _mm256_castsi256_pd(_mm256_set1_epi64x(0x7FF8000000000000LL)), _mm256_cmp_pd(a, a, _CMP_UNORD_Q)); }
 };
 
@@ -75,6 +90,9 @@ struct VH {
   static R fma(R a, R b, R c) { return half_round(ro_sum(_mm256_mul_ps(a, b), c)); }
   static R add(R a, R b) { return half_round(ro_sum(a, b)); }
   static R canon(R a) { return VF::canon(a); }
+  using M = VF::M;
+  static M lanes(int lo, int hi) { return VF::lanes(lo, hi); }
+  static R select(M m, R a, R b) { return VF::select(m, a, b); }
   static void store_half(std::uint16_t* dst, R a) { VF::store_half(dst, a); }
   static void store_bf16(std::uint16_t* dst, R a) { VF::store_bf16(dst, a); }
 };

@@ -11,6 +11,10 @@ struct VF {
   static R bcast(T s) { return _mm512_set1_ps(s); }
   static R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
   static R add(R a, R b) { return _mm512_add_ps(a, b); }
+  // Lane masks: lanes [lo, hi) set; select(m, a, b) takes a where set, else b (exact copies).
+  using M = __mmask16;
+  static M lanes(int lo, int hi) { return M(((1u << hi) - 1u) & ~((1u << lo) - 1u)); }
+  static R select(M m, R a, R b) { return _mm512_mask_blend_ps(m, b, a); }
   static R canon(R a) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), a, _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000))); }
   // Rounds 16 lanes to binary16 (nearest even, F16C) with canonical NaNs.
   static void store_half(std::uint16_t* dst, R a) {
@@ -38,6 +42,9 @@ struct VD {
   static R bcast(T s) { return _mm512_set1_pd(s); }
   static R fma(R a, R b, R c) { return _mm512_fmadd_pd(a, b, c); }
   static R add(R a, R b) { return _mm512_add_pd(a, b); }
+  using M = __mmask8;
+  static M lanes(int lo, int hi) { return M(((1u << hi) - 1u) & ~((1u << lo) - 1u)); }
+  static R select(M m, R a, R b) { return _mm512_mask_blend_pd(m, b, a); }
   static R canon(R a) { return _mm512_mask_blend_pd(_mm512_cmp_pd_mask(a, a, _CMP_UNORD_Q), a, _mm512_castsi512_pd(_mm512_set1_epi64(0x7FF8000000000000LL))); }
 };
 
@@ -69,6 +76,9 @@ struct VH {
   static R fma(R a, R b, R c) { return half_round(ro_sum(_mm512_mul_ps(a, b), c)); }
   static R add(R a, R b) { return half_round(ro_sum(a, b)); }
   static R canon(R a) { return VF::canon(a); }
+  using M = VF::M;
+  static M lanes(int lo, int hi) { return VF::lanes(lo, hi); }
+  static R select(M m, R a, R b) { return VF::select(m, a, b); }
   static void store_half(std::uint16_t* dst, R a) { VF::store_half(dst, a); }
   static void store_bf16(std::uint16_t* dst, R a) { VF::store_bf16(dst, a); }
 };

@@ -16,6 +16,10 @@ struct ScalarVecBase {
   static R bcast(T s) { R r; for (int l = 0; l < L; ++l) r.v[l] = s; return r; }
   static void store_half(std::uint16_t* dst, const R& a) { for (int l = 0; l < L; ++l) dst[l] = float_to_half(float(a.v[l])); }
   static void store_bf16(std::uint16_t* dst, const R& a) { for (int l = 0; l < L; ++l) dst[l] = float_to_bf16(float(a.v[l])); }
+  // Lane masks: lanes [lo, hi) set; select(m, a, b) takes a where set, else b.
+  struct M { int lo, hi; };
+  static M lanes(int lo, int hi) { return M{lo, hi}; }
+  static R select(M m, const R& a, const R& b) { R r; for (int l = 0; l < L; ++l) r.v[l] = l >= m.lo && l < m.hi ? a.v[l] : b.v[l]; return r; }
   static R canon(const R& a) { R r; for (int l = 0; l < L; ++l) r.v[l] = a.v[l] != a.v[l] ? canonical_nan<T_>() : a.v[l]; return r; }
 };
 
