@@ -30,6 +30,7 @@ CASES = [
     ("wide-row-c3", (2, 5, 23, 3), (3, 5, 3, 8), 1, 1, "SAME"),
     ("wide-row-s2-c20", (1, 6, 30, 20), (3, 3, 20, 12), (1, 2), 1, "SAME"),
     ("wide-row-dw", (1, 4, 29, 16), (3, 3, 1, 16), 2, 1, "SAME"),
+    ("wide-row-dw-s1", (1, 5, 21, 12), (3, 3, 1, 12), 1, 1, "SAME"),
     # Input gradients with pixel lanes (few channels per group): whole interior blocks and border masks.
     ("wide-row-s2-c3", (1, 5, 150, 3), (7, 7, 3, 8), 2, 1, "SAME"),
     ("wide-row-c1-d2", (1, 4, 70, 1), (3, 5, 1, 4), 1, (1, 2), "SAME"),

@@ -210,49 +210,89 @@ struct Kernels {
     return Rows<T>{v.data(), len, nrows - 1, v.data() + (nrows - 1) * len};
   }
 
-  // One depthwise block: P output pixels x BW channels, folded over (kh, kw)
-  // on private accumulators (see micro()). xs: channels per input pixel.
-  template <int P>
-  static inline __attribute__((always_inline)) void fprop_dw_block(R (&acc)[P][NV], const ConvProblem& p,
+  // One depthwise block: P output pixels x NW vectors of channels, folded
+  // over (kh, kw) on private accumulators (see micro()). xs: channels per input pixel.
+  template <int P, int NW>
+  static inline __attribute__((always_inline)) void fprop_dw_block(R (&acc)[P][NW], const ConvProblem& p,
                                                                    const Rows<T>& x, i64 xs, const T* wp, i64 cop,
-                                                                   const T* zeros, i64 n, i64 oh, i64 ow0, i64 o0) {
-    // Interior blocks: all P outputs exist and every kw column is inside the row.
-    const bool interior = ow0 + P <= p.OW && fprop_in_col(p, ow0, 0) >= 0 &&
-                          fprop_in_col(p, ow0 + P - 1, p.KW - 1) < p.W;
-    R a[P][NV];
+                                                                   const T* zeros, i64 n, i64 oh, i64 ow0, i64 o0,
+                                                                   bool interior) {
+    R a[P][NW];
     for (int q = 0; q < P; ++q)
-      for (int j = 0; j < NV; ++j) a[q][j] = V::zero();
+      for (int j = 0; j < NW; ++j) a[q][j] = V::zero();
     for (i64 kh = 0; kh < p.KH; ++kh) {
       const i64 ih = fprop_in_row(p, oh, kh);
       const bool row_in = ih >= 0 && ih < p.H;
       const T* xrow = row_in ? x.row(n * p.H + ih) + o0 : zeros;
       for (i64 kw = 0; kw < p.KW; ++kw) {
-        R fv[NV];
-        for (int j = 0; j < NV; ++j) fv[j] = V::load(wp + (kh * p.KW + kw) * cop + o0 + j * L);
+        R fv[NW];
+        for (int j = 0; j < NW; ++j) fv[j] = V::load(wp + (kh * p.KW + kw) * cop + o0 + j * L);
         if (interior && row_in) {  // every column in range: plain strided addresses
           const T* x0 = xrow + fprop_in_col(p, ow0, kw) * xs;
           for (int q = 0; q < P; ++q)
-            for (int j = 0; j < NV; ++j) a[q][j] = V::fma(V::load(x0 + q * p.sw * xs + j * L), fv[j], a[q][j]);
+            for (int j = 0; j < NW; ++j) a[q][j] = V::fma(V::load(x0 + q * p.sw * xs + j * L), fv[j], a[q][j]);
           continue;
         }
         for (int q = 0; q < P; ++q) {
           const i64 iw = fprop_in_col(p, ow0 + q, kw);
           // Padded taps are fma with +0, exactly as the contract says.
           const T* px = (row_in && iw >= 0 && iw < p.W) ? xrow + iw * xs : zeros;
-          for (int j = 0; j < NV; ++j) a[q][j] = V::fma(V::load(px + j * L), fv[j], a[q][j]);
+          for (int j = 0; j < NW; ++j) a[q][j] = V::fma(V::load(px + j * L), fv[j], a[q][j]);
         }
       }
     }
     for (int q = 0; q < P; ++q)
-      for (int j = 0; j < NV; ++j) acc[q][j] = a[q][j];
+      for (int j = 0; j < NW; ++j) acc[q][j] = a[q][j];
+  }
+
+  // Interior depthwise block for 3-wide filters (no width dilation), stride
+  // SW, one vector of channels: each input column is loaded once per row kh
+  // and used by every output that meets it. Output q meets column c = q*SW + kw,
+  // so sweeping c upwards still gives each output its taps in kw order.
+  template <int P, int SW>
+  static inline __attribute__((always_inline)) void fprop_dw3_block(R (&acc)[P][1], const ConvProblem& p,
+                                                                    const Rows<T>& x, i64 xs, const T* wp, i64 cop,
+                                                                    const T* zeros, i64 n, i64 oh, i64 ow0, i64 o0) {
+    constexpr int NC = (P - 1) * SW + 3;
+    R a[P];
+    for (int q = 0; q < P; ++q) a[q] = V::zero();
+    for (i64 kh = 0; kh < p.KH; ++kh) {
+      const i64 ih = fprop_in_row(p, oh, kh);
+      const bool row_in = ih >= 0 && ih < p.H;
+      // A padded row is fmas with +0 (the contract): the zero vector, column stride 0.
+      const T* x0 = row_in ? x.row(n * p.H + ih) + fprop_in_col(p, ow0, 0) * xs + o0 : zeros;
+      const i64 cs = row_in ? xs : 0;
+      R fv[3];
+      for (int kw = 0; kw < 3; ++kw) fv[kw] = V::load(wp + (kh * 3 + kw) * cop + o0);
+#pragma GCC unroll 64
+      for (int c = 0; c < NC; ++c) {
+        const R xv = V::load(x0 + c * cs);
+#pragma GCC unroll 3
+        for (int kw = 0; kw < 3; ++kw) {
+          const int d = c - kw;
+          if (d >= 0 && d % SW == 0 && d / SW < P) a[d / SW] = V::fma(xv, fv[kw], a[d / SW]);
+        }
+      }
+    }
+    for (int q = 0; q < P; ++q) acc[q][0] = a[q];
+  }
+
+  // Prefetches the k-th of `parts` slices of [base, base + bytes): spread over
+  // the units of one output row, it brings in what the next row needs.
+  static void prefetch_slice(const void* base, i64 bytes, i64 k, i64 parts) {
+    const i64 lines = ceil_div(bytes, 64), per = ceil_div(lines, parts);
+    const char* c = static_cast<const char*>(base);
+    for (i64 l = k * per; l < std::min(lines, (k + 1) * per); ++l) __builtin_prefetch(c + l * 64);
   }
 
   // Depthwise-like (Cg == 1): lanes over output channels across groups; lane o
-  // reads input channel o / cog. Each fold is over (kh, kw) only.
-  template <int P>
+  // reads input channel o / cog. Each fold is over (kh, kw) only. Blocks of
+  // NW vectors; SW > 0: interior blocks take fprop_dw3_block (NW == 1).
+  template <int P, int NW, int SW>
   static void fprop_dw(const ConvProblem& p, const Rows<T>& x, const T* f, const T* bias, const OutSpec& y,
                        const CpuExecutor& ex) {
-    const i64 cog = p.Cog(), nb = ceil_div(p.Co, BW), cop = nb * BW, khw = p.KH * p.KW;
+    constexpr int BD = L * NW;
+    const i64 cog = p.Cog(), nb = ceil_div(p.Co, BD), cop = nb * BD, khw = p.KH * p.KW;
     std::vector<T> wp(khw * cop + kPad, T(0)), bp(cop + kPad, T(0));
     for (i64 t = 0; t < khw; ++t)
       for (i64 o = 0; o < p.Co; ++o) wp[t * cop + o] = f[t * p.Co + o];
@@ -264,9 +304,9 @@ struct Kernels {
     const std::vector<T> zeros(cop + kPad, T(0));
     const i64 owb = ceil_div(p.OW, P), units = p.N * p.OH * nb * owb;
     const Strides4 ys = y.s;
-    ex.parallel_for(units, khw * BW * P, [&](i64 u0, i64 u1) {
+    ex.parallel_for(units, khw * BD * P, [&](i64 u0, i64 u1) {
       FpEnvGuard guard;
-      // Channel blocks innermost: consecutive units read the same pixels' channels in order.
+      // Channel blocks innermost: consecutive units read consecutive memory.
       InnerCounter c(u0, nb);
       i64 wb = 0, oh = 0, n = 0;
       for (i64 u = u0; u < u1; ++u, c.next()) {
@@ -275,11 +315,25 @@ struct Kernels {
           wb = rem % owb; rem /= owb;
           oh = rem % p.OH; n = rem / p.OH;
         }
-        const i64 b = c.inner, ow0 = wb * P, o0 = b * BW;
-        R acc[P][NV];
-        fprop_dw_block<P>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0);
+        const i64 b = c.inner, ow0 = wb * P, o0 = b * BD;
+        // The input rows the next output row adds, prefetched a slice per unit:
+        // once a layer outgrows the cache this hides the memory latency.
+        const i64 r0 = std::max<i64>(0, fprop_in_row(p, oh, p.KH - 1) + 1);
+        const i64 r1 = std::min<i64>(p.H - 1, fprop_in_row(p, oh + 1, p.KH - 1));
+        for (i64 r = r0; r <= r1; ++r)
+          prefetch_slice(xin.row(n * p.H + r), p.W * p.Co * sizeof(T), wb * nb + b, owb * nb);
+        // Interior blocks: all P outputs exist and every kw column is inside the row.
+        const bool interior = ow0 + P <= p.OW && fprop_in_col(p, ow0, 0) >= 0 &&
+                              fprop_in_col(p, ow0 + P - 1, p.KW - 1) < p.W;
+        R acc[P][NW];
+        if constexpr (SW > 0) {
+          if (interior) fprop_dw3_block<P, SW>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0);
+          else fprop_dw_block<P, NW>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0, false);
+        } else {
+          fprop_dw_block<P, NW>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0, interior);
+        }
         for (int q = 0; q < P; ++q)
-          for (int j = 0; j < NV; ++j) {
+          for (int j = 0; j < NW; ++j) {
             if (ow0 + q >= p.OW) continue;
             R a = acc[q][j];
             if (bias) a = V::add(a, V::load(bp.data() + o0 + j * L));
@@ -291,8 +345,14 @@ struct Kernels {
 
   static void fprop(const ConvProblem& p, const Rows<T>& x, const T* f, const T* bias, const OutSpec& y,
                     const CpuExecutor& ex) {
-    if (p.Cg == 1 && p.Cog() < L) fprop_dw<PW>(p, x, f, bias, y, ex);
-    else fprop_dense<PW>(p, x, f, bias, y, ex);
+    if (p.Cg == 1 && p.Cog() < L) {
+      const bool k3 = p.KW == 3 && p.dw == 1;
+      if (k3 && p.sw == 1) fprop_dw<8, 1, 1>(p, x, f, bias, y, ex);
+      else if (k3 && p.sw == 2) fprop_dw<6, 1, 2>(p, x, f, bias, y, ex);
+      else fprop_dw<PW, NV, 0>(p, x, f, bias, y, ex);
+    } else {
+      fprop_dense<PW>(p, x, f, bias, y, ex);
+    }
   }
 
   // ====================================================== Dgrad
@@ -426,17 +486,17 @@ struct Kernels {
     return out;
   }
 
-  // One depthwise dx block (P pixels of one stride phase x BW channels) on
-  // private accumulators; lane c folds (kh, kw, m ascending), skipping taps
-  // that reach no output.
-  template <int P>
-  static inline __attribute__((always_inline)) void dgrad_dw_block(R (&acc)[P][NV], const ConvProblem& p,
+  // One depthwise dx block (P pixels of one stride phase x NW vectors of
+  // channels) on private accumulators; lane c folds (kh, kw, m ascending),
+  // skipping taps that reach no output.
+  template <int P, int NW>
+  static inline __attribute__((always_inline)) void dgrad_dw_block(R (&acc)[P][NW], const ConvProblem& p,
                                                                    const Rows<T>& dy, const T* wt, i64 cp, i64 n,
                                                                    i64 ih, const i64 (&iw)[P], i64 c0) {
     const i64 cog = p.Cog();
-    R a[P][NV];
+    R a[P][NW];
     for (int q = 0; q < P; ++q)
-      for (int j = 0; j < NV; ++j) a[q][j] = V::zero();
+      for (int j = 0; j < NW; ++j) a[q][j] = V::zero();
     for (i64 kh = 0; kh < p.KH; ++kh) {
       const i64 oh = dgrad_out_row(p, ih, kh);
       if (oh < 0) continue;
@@ -447,24 +507,56 @@ struct Kernels {
         bool all = true;
         for (int q = 0; q < P; ++q) all &= valid[q];
         for (i64 m = 0; m < cog; ++m) {
-          R fv[NV];
-          for (int j = 0; j < NV; ++j) fv[j] = V::load(wt + ((kh * p.KW + kw) * cog + m) * cp + c0 + j * L);
+          R fv[NW];
+          for (int j = 0; j < NW; ++j) fv[j] = V::load(wt + ((kh * p.KW + kw) * cog + m) * cp + c0 + j * L);
           for (int q = 0; q < P; ++q) {
             if (!all && !valid[q]) continue;
-            for (int j = 0; j < NV; ++j) a[q][j] = V::fma(V::load(dp[q] + m * p.C + j * L), fv[j], a[q][j]);
+            for (int j = 0; j < NW; ++j) a[q][j] = V::fma(V::load(dp[q] + m * p.C + j * L), fv[j], a[q][j]);
           }
         }
       }
     }
     for (int q = 0; q < P; ++q)
-      for (int j = 0; j < NV; ++j) acc[q][j] = a[q][j];
+      for (int j = 0; j < NW; ++j) acc[q][j] = a[q][j];
+  }
+
+  // Interior depthwise dx block for 3-wide filters, stride 1, one output
+  // channel per group, one vector: P consecutive pixels iw0 + q, every tap
+  // valid. Pixel q meets dy column ow = iw0 + pl + q - kw, i.e. column
+  // k = q - kw + 2 of the block's P + 2; sweeping k downwards gives each pixel
+  // its taps in kw order, and each dy column is loaded once per row.
+  template <int P>
+  static inline __attribute__((always_inline)) void dgrad_dw3_block(R (&acc)[P][1], const ConvProblem& p,
+                                                                    const Rows<T>& dy, const T* wt, i64 cp, i64 n,
+                                                                    i64 ih, i64 iw0, i64 c0) {
+    R a[P];
+    for (int q = 0; q < P; ++q) a[q] = V::zero();
+    for (i64 kh = 0; kh < p.KH; ++kh) {
+      const i64 oh = dgrad_out_row(p, ih, kh);
+      if (oh < 0) continue;
+      const T* d0 = dy.row(n * p.OH + oh) + (iw0 + p.pl - 2) * p.C + c0;
+      R fv[3];
+      for (int kw = 0; kw < 3; ++kw) fv[kw] = V::load(wt + (kh * 3 + kw) * cp + c0);
+#pragma GCC unroll 64
+      for (int k = P + 1; k >= 0; --k) {
+        const R dv = V::load(d0 + k * p.C);
+#pragma GCC unroll 3
+        for (int kw = 0; kw < 3; ++kw) {
+          const int q = k + kw - 2;
+          if (q >= 0 && q < P) a[q] = V::fma(dv, fv[kw], a[q]);
+        }
+      }
+    }
+    for (int q = 0; q < P; ++q) acc[q][0] = a[q];
   }
 
   // Depthwise-like (Cg == 1): lanes over input channels c (= groups); lane c
-  // folds over its group's output channels c*cog + m, m ascending.
-  template <int P>
+  // folds over its group's output channels c*cog + m, m ascending. Blocks of
+  // NW vectors; K3: interior blocks take dgrad_dw3_block (NW == 1).
+  template <int P, int NW, bool K3>
   static void dgrad_dw(const ConvProblem& p, const Rows<T>& dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
-    const i64 cog = p.Cog(), nb = ceil_div(p.C, BW), cp = nb * BW, khw = p.KH * p.KW;
+    constexpr int BD = L * NW;
+    const i64 cog = p.Cog(), nb = ceil_div(p.C, BD), cp = nb * BD, khw = p.KH * p.KW;
     // wt[kh][kw][m][c] = f[kh, kw, 0, c*cog + m]
     std::vector<T> wt(khw * cog * cp + kPad, T(0));
     for (i64 t = 0; t < khw; ++t)
@@ -476,23 +568,33 @@ struct Kernels {
     const PixelBlocks pb(p, P);
     const i64 units = p.N * p.H * nb * pb.count();
     const Strides4 xs = dx.s;
-    ex.parallel_for(units, khw * cog * BW * P, [&](i64 u0, i64 u1) {
+    ex.parallel_for(units, khw * cog * BD * P, [&](i64 u0, i64 u1) {
       FpEnvGuard guard;
-      InnerCounter c(u0, pb.count());
-      i64 b = 0, ih = 0, n = 0;
+      // Channel blocks innermost: consecutive units read consecutive memory.
+      InnerCounter c(u0, nb);
+      i64 wb = 0, ih = 0, n = 0;
       for (i64 u = u0; u < u1; ++u, c.next()) {
         if (u == u0 || c.inner == 0) {
           i64 rem = c.outer;
-          b = rem % nb; rem /= nb;
+          wb = rem % pb.count(); rem /= pb.count();
           ih = rem % p.H; n = rem / p.H;
         }
-        const i64 wb = c.inner, c0 = b * BW;
+        const i64 b = c.inner, c0 = b * BD;
+        // The dy row the next input row adds, a slice per unit (see fprop_dw).
+        const i64 oh_next = dgrad_out_row(p, ih + 1, 0);
+        if (ih + 1 < p.H && oh_next >= 0 && oh_next != dgrad_out_row(p, ih, 0))
+          prefetch_slice(dyin.row(n * p.OH + oh_next), p.OW * p.Co * sizeof(T), wb * nb + b, pb.count() * nb);
         i64 iw[P];
         pb.cols(wb, iw);
-        R acc[P][NV];
-        dgrad_dw_block<P>(acc, p, dyin, wt.data(), cp, n, ih, iw, c0);
+        R acc[P][NW];
+        bool fast = false;
+        if constexpr (K3) fast = iw[P - 1] >= 0 && iw[0] + p.pl - 2 >= 0 && iw[P - 1] + p.pl < p.OW;
+        if constexpr (K3) {
+          if (fast) dgrad_dw3_block<P>(acc, p, dyin, wt.data(), cp, n, ih, iw[0], c0);
+        }
+        if (!fast) dgrad_dw_block<P, NW>(acc, p, dyin, wt.data(), cp, n, ih, iw, c0);
         for (int q = 0; q < P; ++q)
-          for (int j = 0; j < NV; ++j)
+          for (int j = 0; j < NW; ++j)
             if (iw[q] >= 0) put_lanes(dx, acc[q][j], xs.at(n, ih, iw[q], c0 + j * L), xs.c, p.C - (c0 + j * L));
       }
     });
@@ -634,8 +736,12 @@ struct Kernels {
         default: dgrad_pix<4, 3>(p, dy, f, dx, ex); return;
       }
     }
-    if (p.Cg == 1) dgrad_dw<PW>(p, dy, f, dx, ex);
-    else dgrad_dense<PW>(p, dy, f, dx, ex);
+    if (p.Cg == 1) {
+      if (p.KW == 3 && p.dw == 1 && p.sw == 1 && p.Cog() == 1) dgrad_dw<8, 1, true>(p, dy, f, dx, ex);
+      else dgrad_dw<PW, NV, false>(p, dy, f, dx, ex);
+      return;
+    }
+    dgrad_dense<PW>(p, dy, f, dx, ex);
   }
 
   // ====================================================== Wgrad / Bgrad
