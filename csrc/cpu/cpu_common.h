@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <vector>
 #include "detconv/kernels.h"
 #include "detconv/numerics.h"

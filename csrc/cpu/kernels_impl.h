@@ -755,6 +755,25 @@ struct Kernels {
     for (i64 l = 0; l < n; ++l) dst[l] = tmp[l];
   }
 
+  // The chunk parts' workspace: n elements, every one written by the kernel
+  // before combine() reads it, plus kPad zeros (combine reads whole vectors).
+  // From the framework's allocator when it offers one.
+  class Scratch {
+   public:
+    Scratch(const CpuExecutor& ex, i64 n) {
+      ptr_ = static_cast<T*>(ex.scratch((n + kPad) * i64(sizeof(T))));
+      if (!ptr_) {
+        own_.reset(new T[n + kPad]);
+        ptr_ = own_.get();
+      }
+      std::fill(ptr_ + n, ptr_ + n + kPad, T(0));
+    }
+    T* data() const { return ptr_; }
+   private:
+    std::unique_ptr<T[]> own_;
+    T* ptr_;
+  };
+
   // Adds the P chunk parts of every element in chunk order and rounds once.
   static void combine(const Chunks& ch, i64 F, const T* parts, const OutSpec& out, const CpuExecutor& ex) {
     const i64 units = ceil_div(F, L);
@@ -769,6 +788,7 @@ struct Kernels {
     });
   }
 
+  static constexpr i64 kAheadR = 8;  // dy pixels prefetched ahead in dw folds
   // The r loop of one dense dw tile, on private accumulators (see micro()).
   static inline __attribute__((always_inline)) void wgrad_dense_fold(R (&acc)[TI][NV], const ConvProblem& p,
                                                                      const Chunks& ch, i64 k, i64 kh, i64 kw,
@@ -791,6 +811,7 @@ struct Kernels {
       for (i64 e = 0; e < seg; ++e, iw += p.sw, dyr += p.Co) {
         // +0 in padding, exactly as the forward pass.
         const T* xp = (row_in && iw >= 0 && iw < p.W) ? xrow + iw * p.C : zeros;
+        __builtin_prefetch(dyr + kAheadR * p.Co);  // dy strides by whole pixels: ahead of the hardware
         R dv[NV];
         for (int j = 0; j < NV; ++j) dv[j] = V::load(dyr + j * L);
         for (int t = 0; t < TI; ++t) {
@@ -924,7 +945,7 @@ struct Kernels {
       ex.parallel_for(F, 1, [&](i64 e0, i64 e1) { for (i64 e = e0; e < e1; ++e) dw.put(e, T(0)); });
       return;
     }
-    std::vector<T> parts(ch.P * F + kPad, T(0));
+    Scratch parts(ex, ch.P * F);
     if (p.Cg == 1 && p.Cog() < L) wgrad_dw(p, ch, x, dy, parts.data(), ex);
     else wgrad_dense(p, ch, x, dy, parts.data(), ex);
     combine(ch, F, parts.data(), dw, ex);
@@ -937,7 +958,7 @@ struct Kernels {
       for (i64 o = 0; o < F; ++o) db.put(o, T(0));
       return;
     }
-    std::vector<T> parts(ch.P * F + kPad, T(0));
+    Scratch parts(ex, ch.P * F);
     const i64 nb = ceil_div(F, L);
     ex.parallel_for(ch.P * nb, ch.L * L, [&](i64 u0, i64 u1) {
       FpEnvGuard guard;

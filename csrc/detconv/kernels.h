@@ -21,6 +21,9 @@ namespace detconv {
 struct CpuExecutor {
   virtual ~CpuExecutor() = default;
   virtual void parallel_for(i64 units, i64 cost_per_unit, const std::function<void(i64, i64)>& fn) const = 0;
+  // Scratch memory from the framework's allocator, valid while the executor
+  // lives (the dw/db chunk parts); nullptr: the kernel allocates its own.
+  virtual void* scratch(i64 bytes) const { return nullptr; }
 };
 
 enum class CpuIsa : int { kAuto = -1, kScalar = 0, kAvx2 = 1, kAvx512 = 2 };

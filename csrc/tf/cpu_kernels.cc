@@ -1,6 +1,7 @@
 // CPU registration: the kernels run on TensorFlow's intra-op thread pool,
 // partitioned over outputs (or dw chunks) only.
 #define EIGEN_USE_THREADS
+#include <deque>
 #include "tf/kernel_common.h"
 
 #include "tensorflow/core/framework/op_kernel.h"
@@ -13,14 +14,23 @@ using CPUDevice = Eigen::ThreadPoolDevice;
 namespace {
 class TfPoolExecutor : public detconv::CpuExecutor {
  public:
-  explicit TfPoolExecutor(OpKernelContext* ctx) : workers_(ctx->device()->tensorflow_cpu_worker_threads()) {}
+  explicit TfPoolExecutor(OpKernelContext* ctx) : workers_(ctx->device()->tensorflow_cpu_worker_threads()), ctx_(ctx) {}
   void parallel_for(i64 units, i64 cost, const std::function<void(i64, i64)>& fn) const override {
     if (units <= 0) return;
     workers_->workers->ParallelFor(units, cost, [&fn](int64_t b, int64_t e) { fn(b, e); });
   }
+  // TensorFlow's allocator reuses its buffers: no fresh pages (and page faults) per call.
+  void* scratch(i64 bytes) const override {
+    temps_.emplace_back();
+    if (!ctx_->allocate_temp(::tensorflow::DT_UINT8, TensorShape({static_cast<int64_t>(bytes)}), &temps_.back()).ok())
+      return nullptr;
+    return temps_.back().data();
+  }
 
  private:
   const ::tensorflow::DeviceBase::CpuWorkerThreads* workers_;
+  OpKernelContext* ctx_;
+  mutable std::deque<Tensor> temps_;
 };
 }  // namespace
 
