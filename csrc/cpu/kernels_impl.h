@@ -37,6 +37,14 @@ struct Kernels {
         V::store_bf16(static_cast<std::uint16_t*>(out.base) + base, v);
         return;
       }
+      if (out.dtype == DType::kFloat16 || out.dtype == DType::kBFloat16) {  // strided: round vectorized, then scatter
+        alignas(64) std::uint16_t h[L];
+        if (out.dtype == DType::kFloat16) V::store_half(h, v);
+        else V::store_bf16(h, v);
+        std::uint16_t* dst = static_cast<std::uint16_t*>(out.base) + base;
+        for (i64 l = 0; l < n && l < L; ++l) dst[l * stride] = h[l];
+        return;
+      }
     }
     alignas(64) T tmp[L];
     V::store(tmp, v);
