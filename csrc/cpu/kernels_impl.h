@@ -29,20 +29,14 @@ struct Kernels {
       return;
     }
     if constexpr (sizeof(T) == 4) {
-      if (stride == 1 && n >= L && out.dtype == DType::kFloat16) {  // 16-bit outputs, vectorized
-        V::store_half(static_cast<std::uint16_t*>(out.base) + base, v);
-        return;
-      }
-      if (stride == 1 && n >= L && out.dtype == DType::kBFloat16) {
-        V::store_bf16(static_cast<std::uint16_t*>(out.base) + base, v);
-        return;
-      }
-      if (out.dtype == DType::kFloat16 || out.dtype == DType::kBFloat16) {  // strided: round vectorized, then scatter
-        alignas(64) std::uint16_t h[L];
-        if (out.dtype == DType::kFloat16) V::store_half(h, v);
-        else V::store_bf16(h, v);
+      if (out.dtype == DType::kFloat16 || out.dtype == DType::kBFloat16) {  // 16-bit outputs: vector rounding
         std::uint16_t* dst = static_cast<std::uint16_t*>(out.base) + base;
-        for (i64 l = 0; l < n && l < L; ++l) dst[l * stride] = h[l];
+        alignas(64) std::uint16_t h[L];
+        std::uint16_t* to = stride == 1 && n >= L ? dst : h;  // whole vectors straight out, else scattered
+        if (out.dtype == DType::kFloat16) V::store_half(to, v);
+        else V::store_bf16(to, v);
+        if (to == h)
+          for (i64 l = 0; l < n && l < L; ++l) dst[l * stride] = h[l];
         return;
       }
     }
@@ -595,9 +589,9 @@ struct Kernels {
         i64 iw[P];
         pb.cols(wb, iw);
         R acc[P][NW];
-        bool fast = false;
-        if constexpr (K3) fast = iw[P - 1] >= 0 && iw[0] + p.pl - 2 >= 0 && iw[P - 1] + p.pl < p.OW;
+        bool fast = false;  // K3 and every tap of every pixel valid
         if constexpr (K3) {
+          fast = iw[P - 1] >= 0 && iw[0] + p.pl - 2 >= 0 && iw[P - 1] + p.pl < p.OW;
           if (fast) dgrad_dw3_block<P>(acc, p, dyin, wt.data(), cp, n, ih, iw[0], c0);
         }
         if (!fast) dgrad_dw_block<P, NW>(acc, p, dyin, wt.data(), cp, n, ih, iw, c0);
