@@ -14,11 +14,12 @@ namespace detconv {
 constexpr int kOrderVersion = 1;
 
 // ---------------------------------------------------------------- index math
-// Input row/column that filter tap k meets for output row/column `out`.
+// Input row/column/depth slice that filter tap k meets for output `out`.
 DC_HD i64 fprop_in_row(const ConvProblem& p, i64 oh, i64 kh) { return oh * p.sh + kh * p.dh - p.pt; }
 DC_HD i64 fprop_in_col(const ConvProblem& p, i64 ow, i64 kw) { return ow * p.sw + kw * p.dw - p.pl; }
+DC_HD i64 fprop_in_dep(const ConvProblem& p, i64 od, i64 kd) { return od * p.sd + kd * p.dd - p.pf; }
 
-// dgrad: output row that input row ih reaches through tap kh, or -1 if none.
+// dgrad: output row (column, depth slice) that input row ih reaches through tap kh, or -1 if none.
 DC_HD i64 dgrad_out_row(const ConvProblem& p, i64 ih, i64 kh) {
   const i64 t = ih + p.pt - kh * p.dh;
   if (t < 0 || t % p.sh != 0 || t / p.sh >= p.OH) return -1;
@@ -29,23 +30,32 @@ DC_HD i64 dgrad_out_col(const ConvProblem& p, i64 iw, i64 kw) {
   if (t < 0 || t % p.sw != 0 || t / p.sw >= p.OW) return -1;
   return t / p.sw;
 }
+DC_HD i64 dgrad_out_dep(const ConvProblem& p, i64 id, i64 kd) {
+  const i64 t = id + p.pf - kd * p.dd;
+  if (t < 0 || t % p.sd != 0 || t / p.sd >= p.OD) return -1;
+  return t / p.sd;
+}
 
 // ------------------------------------------------------------ forward fold
-// y[n,oh,ow,o] = round(add(fold_{kh,kw,i} fma(x, f, acc), bias)).
-// x_at(n, ih, iw, c) and f_at(kh, kw, i, o) return accumulator-typed values;
-// fma(a, b, c) is the accumulator's IEEE fused multiply-add.
+// y[n,od,oh,ow,o] = round(add(fold_{kd,kh,kw,i} fma(x, f, acc), bias)).
+// x_at(n, id, ih, iw, c) and f_at(kd, kh, kw, i, o) return accumulator-typed
+// values; fma(a, b, c) is the accumulator's IEEE fused multiply-add. A 2-D
+// problem is depth 1 (od = id = kd = 0).
 template <class Acc, class XAt, class FAt, class Fma>
-DC_HD Acc fprop_fold(const ConvProblem& p, i64 n, i64 oh, i64 ow, i64 o, XAt x_at, FAt f_at, Fma fma) {
+DC_HD Acc fprop_fold(const ConvProblem& p, i64 n, i64 od, i64 oh, i64 ow, i64 o, XAt x_at, FAt f_at, Fma fma) {
   const i64 c0 = p.group_of(o) * p.Cg;
   Acc acc = Acc(0);
-  for (i64 kh = 0; kh < p.KH; ++kh) {
-    const i64 ih = fprop_in_row(p, oh, kh);
-    for (i64 kw = 0; kw < p.KW; ++kw) {
-      const i64 iw = fprop_in_col(p, ow, kw);
-      const bool inside = ih >= 0 && ih < p.H && iw >= 0 && iw < p.W;
-      for (i64 i = 0; i < p.Cg; ++i) {
-        const Acc v = inside ? x_at(n, ih, iw, c0 + i) : Acc(0);  // padded taps: fma with +0
-        acc = fma(v, f_at(kh, kw, i, o), acc);
+  for (i64 kd = 0; kd < p.KD; ++kd) {
+    const i64 id = fprop_in_dep(p, od, kd);
+    for (i64 kh = 0; kh < p.KH; ++kh) {
+      const i64 ih = fprop_in_row(p, oh, kh);
+      for (i64 kw = 0; kw < p.KW; ++kw) {
+        const i64 iw = fprop_in_col(p, ow, kw);
+        const bool inside = id >= 0 && id < p.D && ih >= 0 && ih < p.H && iw >= 0 && iw < p.W;
+        for (i64 i = 0; i < p.Cg; ++i) {
+          const Acc v = inside ? x_at(n, id, ih, iw, c0 + i) : Acc(0);  // padded taps: fma with +0
+          acc = fma(v, f_at(kd, kh, kw, i, o), acc);
+        }
       }
     }
   }
@@ -53,28 +63,33 @@ DC_HD Acc fprop_fold(const ConvProblem& p, i64 n, i64 oh, i64 ow, i64 o, XAt x_a
 }
 
 // ----------------------------------------------------- input-gradient fold
-// dx[n,ih,iw,c] = round(fold_{kh,kw,o in group(c) ascending} fma(dy, f, acc)).
+// dx[n,id,ih,iw,c] = round(fold_{kd,kh,kw,o in group(c) ascending} fma(dy, f, acc)).
 // Taps that reach no output are skipped, not multiplied by zero.
 template <class Acc, class DyAt, class FAt, class Fma>
-DC_HD Acc dgrad_fold(const ConvProblem& p, i64 n, i64 ih, i64 iw, i64 c, DyAt dy_at, FAt f_at, Fma fma) {
+DC_HD Acc dgrad_fold(const ConvProblem& p, i64 n, i64 id, i64 ih, i64 iw, i64 c, DyAt dy_at, FAt f_at, Fma fma) {
   const i64 g = c / p.Cg, i = c % p.Cg, cog = p.Cog();
   Acc acc = Acc(0);
-  for (i64 kh = 0; kh < p.KH; ++kh) {
-    const i64 oh = dgrad_out_row(p, ih, kh);
-    if (oh < 0) continue;
-    for (i64 kw = 0; kw < p.KW; ++kw) {
-      const i64 ow = dgrad_out_col(p, iw, kw);
-      if (ow < 0) continue;
-      for (i64 o = g * cog; o < (g + 1) * cog; ++o) acc = fma(dy_at(n, oh, ow, o), f_at(kh, kw, i, o), acc);
+  for (i64 kd = 0; kd < p.KD; ++kd) {
+    const i64 od = dgrad_out_dep(p, id, kd);
+    if (od < 0) continue;
+    for (i64 kh = 0; kh < p.KH; ++kh) {
+      const i64 oh = dgrad_out_row(p, ih, kh);
+      if (oh < 0) continue;
+      for (i64 kw = 0; kw < p.KW; ++kw) {
+        const i64 ow = dgrad_out_col(p, iw, kw);
+        if (ow < 0) continue;
+        for (i64 o = g * cog; o < (g + 1) * cog; ++o)
+          acc = fma(dy_at(n, od, oh, ow, o), f_at(kd, kh, kw, i, o), acc);
+      }
     }
   }
   return acc;
 }
 
 // ------------------------------------------------ filter/bias-gradient chunks
-// The reduction over r = (n*OH + oh)*OW + ow is cut into P chunks of length L
+// The reduction over r = ((n*OD + od)*OH + oh)*OW + ow is cut into P chunks of length L
 // that depend on the shape alone: part[p] folds its chunk in ascending r, then
-// s = part[0] + part[1] + ... in chunk order. F = KH*KW*Cg*Co for dw, Co for db.
+// s = part[0] + part[1] + ... in chunk order. F = KD*KH*KW*Cg*Co for dw, Co for db.
 struct Chunks {
   i64 R, L, P;
   DC_HD i64 begin(i64 chunk) const { return chunk * L; }
@@ -93,27 +108,33 @@ DC_HD Chunks reduction_chunks(i64 R, i64 F) {
   return c;
 }
 
-// Decodes r into (n, oh, ow).
+// Decodes r into (n, oh, ow) (2-D problems) or (n, od, oh, ow).
 DC_HD void split_r(const ConvProblem& p, i64 r, i64& n, i64& oh, i64& ow) {
   ow = r % p.OW;
   const i64 t = r / p.OW;
   oh = t % p.OH;
   n = t / p.OH;
 }
+DC_HD void split_r(const ConvProblem& p, i64 r, i64& n, i64& od, i64& oh, i64& ow) {
+  i64 t;
+  split_r(p, r, t, oh, ow);  // t = n*OD + od
+  od = t % p.OD;
+  n = t / p.OD;
+}
 
 // One dw chunk: part = fold_{r in chunk, ascending} fma(x tap value (+0 in padding), dy[r, o], part).
 template <class Acc, class XAt, class DyAt, class Fma>
-DC_HD Acc wgrad_chunk_fold(const ConvProblem& p, const Chunks& ch, i64 chunk, i64 kh, i64 kw, i64 i, i64 o,
+DC_HD Acc wgrad_chunk_fold(const ConvProblem& p, const Chunks& ch, i64 chunk, i64 kd, i64 kh, i64 kw, i64 i, i64 o,
                            XAt x_at, DyAt dy_at, Fma fma) {
   const i64 c = p.group_of(o) * p.Cg + i;
   Acc part = Acc(0);
   for (i64 r = ch.begin(chunk); r < ch.end(chunk); ++r) {
-    i64 n, oh, ow;
-    split_r(p, r, n, oh, ow);
-    const i64 ih = fprop_in_row(p, oh, kh), iw = fprop_in_col(p, ow, kw);
-    const bool inside = ih >= 0 && ih < p.H && iw >= 0 && iw < p.W;
-    const Acc v = inside ? x_at(n, ih, iw, c) : Acc(0);
-    part = fma(v, dy_at(n, oh, ow, o), part);
+    i64 n, od, oh, ow;
+    split_r(p, r, n, od, oh, ow);
+    const i64 id = fprop_in_dep(p, od, kd), ih = fprop_in_row(p, oh, kh), iw = fprop_in_col(p, ow, kw);
+    const bool inside = id >= 0 && id < p.D && ih >= 0 && ih < p.H && iw >= 0 && iw < p.W;
+    const Acc v = inside ? x_at(n, id, ih, iw, c) : Acc(0);
+    part = fma(v, dy_at(n, od, oh, ow, o), part);
   }
   return part;
 }
@@ -123,9 +144,9 @@ template <class Acc, class DyAt, class Add>
 DC_HD Acc bgrad_chunk_fold(const ConvProblem& p, const Chunks& ch, i64 chunk, i64 o, DyAt dy_at, Add add) {
   Acc part = Acc(0);
   for (i64 r = ch.begin(chunk); r < ch.end(chunk); ++r) {
-    i64 n, oh, ow;
-    split_r(p, r, n, oh, ow);
-    part = add(part, dy_at(n, oh, ow, o));
+    i64 n, od, oh, ow;
+    split_r(p, r, n, od, oh, ow);
+    part = add(part, dy_at(n, od, oh, ow, o));
   }
   return part;
 }
