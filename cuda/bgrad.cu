@@ -1,7 +1,7 @@
-// bgrad_gpu: db = sum of dy over (n, oh, ow) (kernels.h): chunk parts, then
-// combined in chunk order (reduce_tiled.cuh).
+// bgrad_gpu: db = sum of dy over (n, od, oh, ow) (kernels.h): chunk parts, then
+// combined in chunk order (reduce.cuh).
 #include "common.cuh"
-#include "reduce_tiled.cuh"
+#include "reduce.cuh"
 
 namespace detconv {
 
@@ -18,9 +18,15 @@ const char* bgrad_gpu(const ConvProblem& p, const void* dy, void* db, void* work
   if (db == nullptr) return "detconv bgrad_gpu: bias gradient is null";
   if (p.R() > 0 && dy == nullptr) return "detconv bgrad_gpu: output gradient is null";
   gpu::DeviceGuard guard(static_cast<cudaStream_t>(stream));
-  return gpu::dispatch_num(p, [&](auto num) {
+  return gpu::dispatch_num(p, [&](auto num) -> const char* {
     using Num = decltype(num);
-    return gpu::launch_bgrad<Num>(p, dy, db, workspace, static_cast<cudaStream_t>(stream), "bgrad_gpu");
+    const auto s = static_cast<cudaStream_t>(stream);
+    const Chunks ch = reduction_chunks(p.R(), p.Co);
+    if (ch.P > 0) {
+      if (workspace == nullptr) return "detconv bgrad_gpu: workspace is null";
+      if (const char* err = gpu::launch_bgrad_parts<Num>(p, ch, dy, workspace, s, "bgrad_gpu")) return err;
+    }
+    return gpu::launch_combine<Num>(p.Co, ch, workspace, db, s, "bgrad_gpu");
   });
 }
 

@@ -29,9 +29,12 @@ namespace gpu {
 // ------------------------------------------------------------ numerics policies
 // T: element type in memory; S: accumulator type (also the type staged in
 // shared memory, so each tile converts an input once).
+// kPacked: the accumulator has a two-lane SIMD form (S2, fma2) whose lanes
+// are two different outputs, each an IEEE operation of its own (HFMA2).
 struct NumF32 {
   using T = float;
   using S = float;
+  static constexpr bool kPacked = false;
   static __device__ __forceinline__ S load(T v) { return v; }
   static __device__ __forceinline__ S zero() { return 0.0f; }
   static __device__ __forceinline__ S fma(S a, S b, S c) { return __fmaf_rn(a, b, c); }
@@ -42,6 +45,7 @@ struct NumF32 {
 struct NumF64 {
   using T = double;
   using S = double;
+  static constexpr bool kPacked = false;
   static __device__ __forceinline__ S load(T v) { return v; }
   static __device__ __forceinline__ S zero() { return 0.0; }
   static __device__ __forceinline__ S fma(S a, S b, S c) { return __fma_rn(a, b, c); }
@@ -53,6 +57,7 @@ struct NumF64 {
 struct NumF16A32 {
   using T = std::uint16_t;
   using S = float;
+  static constexpr bool kPacked = false;
   // cvt.f32.f16 is exact, subnormals included.
   static __device__ __forceinline__ S load(T v) { return __half2float(__ushort_as_half(v)); }
   static __device__ __forceinline__ S zero() { return 0.0f; }
@@ -65,12 +70,17 @@ struct NumF16A32 {
 struct NumF16A16 {
   using T = std::uint16_t;
   using S = __half;
+  using S2 = __half2;
+  static constexpr bool kPacked = true;
   static __device__ __forceinline__ S load(T v) { return __ushort_as_half(v); }
   static __device__ __forceinline__ S zero() { return __ushort_as_half(0); }
   // fma.rn.f16 (no .ftz): one IEEE binary16 fma.
   static __device__ __forceinline__ S fma(S a, S b, S c) { return __hfma(a, b, c); }
   // add.rn.f16 that can never be contracted into an fma.
   static __device__ __forceinline__ S add(S a, S b) { return __hadd_rn(a, b); }
+  // fma.rn.f16x2: lane-wise the same IEEE binary16 fma as fma() (no .ftz).
+  static __device__ __forceinline__ S2 fma2(S2 a, S2 b, S2 c) { return __hfma2(a, b, c); }
+  static __device__ __forceinline__ S2 splat(S a) { return __half2half2(a); }
   static __device__ __forceinline__ T store(S a) {
     const std::uint16_t u = __half_as_ushort(a);
     return (u & 0x7FFFu) > 0x7C00u ? kCanonNaN16 : u;
@@ -81,6 +91,7 @@ struct NumF16A16 {
 struct NumBF16A32 {
   using T = std::uint16_t;
   using S = float;
+  static constexpr bool kPacked = false;
   static __device__ __forceinline__ S load(T v) { return bf16_to_float(v); }
   static __device__ __forceinline__ S zero() { return 0.0f; }
   static __device__ __forceinline__ S fma(S a, S b, S c) { return __fmaf_rn(a, b, c); }
@@ -137,15 +148,24 @@ inline const char* check_launch(const char* where) {
 // Problems the kernels accept: finalized (G, OH, OW consistent) and with every
 // extent small enough that 64-bit offsets cannot overflow.
 inline const char* check_problem(const ConvProblem& p) {
-  if (p.N < 0 || p.H < 0 || p.W < 0 || p.C <= 0 || p.KH <= 0 || p.KW <= 0 || p.Cg <= 0 || p.Co <= 0)
+  if (p.N < 0 || p.D < 0 || p.H < 0 || p.W < 0 || p.C <= 0 || p.KD <= 0 || p.KH <= 0 || p.KW <= 0 || p.Cg <= 0 ||
+      p.Co <= 0)
     return "detconv: invalid problem dimensions";
   if (p.G < 1 || p.G * p.Cg != p.C || p.Co % p.G != 0) return "detconv: invalid groups (problem not finalized?)";
-  if (p.sh < 1 || p.sw < 1 || p.dh < 1 || p.dw < 1) return "detconv: invalid strides or dilations";
-  if (p.OH < 0 || p.OW < 0) return "detconv: invalid output size (problem not finalized?)";
-  const i64 lim = i64(1) << 31;  // per-dimension cap; products stay far below 2^63
-  if (p.N >= lim || p.H >= lim || p.W >= lim || p.C >= lim || p.Co >= lim || p.KH >= lim || p.KW >= lim ||
-      p.OH >= lim || p.OW >= lim)
-    return "detconv: a dimension exceeds 2^31";
+  if (p.sh < 1 || p.sw < 1 || p.sd < 1 || p.dh < 1 || p.dw < 1 || p.dd < 1)
+    return "detconv: invalid strides or dilations";
+  if (p.OD < 0 || p.OH < 0 || p.OW < 0) return "detconv: invalid output size (problem not finalized?)";
+  const i64 lim = i64(1) << 31;  // per-dimension cap
+  const i64 dims[] = {p.N, p.D, p.H, p.W, p.C, p.Co, p.KD, p.KH, p.KW, p.OD, p.OH, p.OW,
+                      p.sd, p.sh, p.sw, p.dd, p.dh, p.dw, p.pf, p.pt, p.pl};
+  for (i64 d : dims)
+    if (d >= lim || d < 0) return "detconv: a dimension, stride, dilation or padding exceeds 2^31";
+  // Element counts and every offset the kernels form stay below 2^62.
+  const double big = double(i64(1) << 62);
+  if (double(p.N) * double(p.C) * double(p.D) * double(p.H) * double(p.W) >= big ||
+      double(p.N) * double(p.Co) * double(p.OD) * double(p.OH) * double(p.OW) >= big ||
+      double(p.KD) * double(p.KH) * double(p.KW) * double(p.Cg) * double(p.Co) >= big)
+    return "detconv: tensor too large";
   return nullptr;
 }
 
@@ -202,24 +222,26 @@ class DeviceGuard {
 // Bias gradients read only the output-shaped part of a problem (N, OH, OW, Co,
 // layout, dtype, accumulation): the TensorFlow op fills nothing else.
 inline const char* check_bgrad_problem(const ConvProblem& p) {
-  if (p.N < 0 || p.OH < 0 || p.OW < 0 || p.Co < 0) return "detconv: invalid problem dimensions";
+  if (p.N < 0 || p.OD < 0 || p.OH < 0 || p.OW < 0 || p.Co < 0) return "detconv: invalid problem dimensions";
   const i64 lim = i64(1) << 31;
-  if (p.N >= lim || p.OH >= lim || p.OW >= lim || p.Co >= lim) return "detconv: a dimension exceeds 2^31";
+  if (p.N >= lim || p.OD >= lim || p.OH >= lim || p.OW >= lim || p.Co >= lim) return "detconv: a dimension exceeds 2^31";
+  if (double(p.N) * double(p.Co) * double(p.OD) * double(p.OH) * double(p.OW) >= double(i64(1) << 62))
+    return "detconv: tensor too large";
   return nullptr;
 }
 
-// Below this many blocks a kernel switches to smaller tiles (about two blocks
-// per SM of a large GPU).
+// About two blocks per SM of a large GPU (132 SMs on an H100 SXM): below this
+// many blocks a launcher prefers smaller tiles.
 constexpr i64 kFewBlocks = 264;
 
-// Testing knob: DETCONV_CUDA_TILE=0|1|2 forces one tile shape for every launch
-// (conv: wide, narrow, small; wgrad: wide, few rows, few columns), so tests can
-// run each shape on any problem. Unset: chosen by the problem's shape. Tile
-// shapes never change a bit.
-inline int forced_tile() {
+// Testing knob: DETCONV_CUDA_TILE=<digit> forces tile configuration number
+// (digit mod the launcher's configuration count) for every launch, so tests
+// can run each configuration on any problem. Unset: chosen by the problem's
+// shape. Tile configurations never change a bit.
+inline int forced_tile(int count) {
   const char* v = std::getenv("DETCONV_CUDA_TILE");
-  if (v == nullptr || v[0] < '0' || v[0] > '2' || v[1] != 0) return -1;
-  return v[0] - '0';
+  if (v == nullptr || v[0] < '0' || v[0] > '9' || v[1] != 0 || count <= 0) return -1;
+  return (v[0] - '0') % count;
 }
 
 // Grid size for grid-stride loops over `tiles` tiles.
@@ -229,30 +251,75 @@ inline unsigned grid_for(i64 tiles) {
 }
 
 __host__ __device__ __forceinline__ i64 min64(i64 a, i64 b) { return a < b ? a : b; }
+__host__ __device__ __forceinline__ i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
 
-// The output columns of column tile jt: groups g_lo .. g_lo+gbe-1 and, in each,
-// columns j0 .. j0+to-1 of its Jg. Either a tile splits one group (geo.gb == 1,
-// geo.jt_per_group tiles of TJ columns per group) or packs geo.gb whole groups.
-struct ColumnTile {
-  i64 g_lo, j0, to, gbe;
-};
-template <int TJ, class Geo>
-__host__ __device__ __forceinline__ ColumnTile column_tile(const Geo& geo, i64 jt, i64 Jg, i64 G) {
-  ColumnTile c;
-  if (geo.gb == 1) {
-    c.g_lo = jt / geo.jt_per_group;
-    c.j0 = (jt % geo.jt_per_group) * TJ;
-    c.to = min64(TJ, Jg - c.j0);
-    c.gbe = 1;
+// Index arithmetic. Kernels are compiled twice: with I = int when every
+// coordinate, index and element count of the problem fits (fits_int32: all
+// real layers; divisions are then short 32-bit sequences, no 64-bit division
+// calls, half the registers), and with I = i64 for the rest. Memory offsets
+// are always formed in 64 bits.
+inline bool fits_int32(const ConvProblem& p) {
+  const double lim = double(1 << 30);
+  auto span = [](i64 size, i64 k, i64 dil, i64 pa, i64 pb, i64 out, i64 stride) {
+    return double(size) + double(pa) + double(pb) + double(k) * double(dil) + double(out) * double(stride);
+  };
+  const double vals[] = {double(p.N) * double(p.C) * double(p.D) * double(p.H) * double(p.W),
+                         double(p.N) * double(p.Co) * double(p.OD) * double(p.OH) * double(p.OW),
+                         double(p.KD) * double(p.KH) * double(p.KW) * double(p.Cg) * double(p.Co) + double(1 << 23),
+                         span(p.D, p.KD, p.dd, p.pf, p.pk, p.OD, p.sd),
+                         span(p.H, p.KH, p.dh, p.pt, p.pb, p.OH, p.sh),
+                         span(p.W, p.KW, p.dw, p.pl, p.pr, p.OW, p.sw),
+                         double(p.sd) * double(p.sh) * double(p.sw) * double(p.G) * double(p.N + 1) * double(p.C + 1)};
+  for (double v : vals)
+    if (!(v < lim)) return false;
+  return true;
+}
+
+// q = a / b, r = a % b for a >= 0, b > 0 (unsigned 32-bit for I = int).
+template <class I>
+__host__ __device__ __forceinline__ void divmod(I a, I b, I& q, I& r) {
+  if constexpr (sizeof(I) == 4) {
+    const unsigned uq = unsigned(a) / unsigned(b);
+    q = I(uq);
+    r = I(unsigned(a) - uq * unsigned(b));
   } else {
-    c.g_lo = jt * geo.gb;
-    c.j0 = 0;
-    c.to = Jg;
-    c.gbe = min64(geo.gb, G - c.g_lo);
+    q = a / b;
+    r = a - q * b;
   }
+}
+
+// Decodes a flat index m over (n, d, h, w) with extents (.., D, H, W).
+template <class I>
+struct Coord4 {
+  I n, d, h, w;
+};
+template <class I>
+__host__ __device__ __forceinline__ Coord4<I> decode4(I m, I D, I H, I W) {
+  Coord4<I> c;
+  I t;
+  divmod(m, W, t, c.w);
+  divmod(t, H, t, c.h);
+  divmod(t, D, c.n, c.d);
   return c;
 }
-__host__ __device__ __forceinline__ i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
+
+// Element strides in the index type: with I = int every offset into a tensor
+// (and the workspace) fits, so offsets are formed in 32 bits.
+template <class I>
+struct StridesI {
+  I n, d, h, w, c;
+  __host__ __device__ __forceinline__ explicit StridesI(const Strides4& s)
+      : n(I(s.n)), d(I(s.d)), h(I(s.h)), w(I(s.w)), c(I(s.c)) {}
+  __host__ __device__ __forceinline__ I at(I in, I id, I ih, I iw, I ic) const {
+    return in * n + id * d + ih * h + iw * w + ic * c;
+  }
+};
+
+// Calls fn(I{}) with I = int when the problem fits 32-bit indexing, else i64.
+template <class Fn>
+const char* dispatch_index(const ConvProblem& p, Fn&& fn) {
+  return fits_int32(p) ? fn(int(0)) : fn(i64(0));
+}
 
 }  // namespace gpu
 }  // namespace detconv

@@ -1,6 +1,6 @@
-// dgrad_gpu: dx = conv2d_backprop_input(dy, f) (kernels.h), tiled kernel in conv_tiled.cuh.
+// dgrad_gpu: dx = conv_backprop_input(dy, f) (kernels.h); kernels in conv_igemm.cuh / conv_direct.cuh.
 #include "common.cuh"
-#include "conv_tiled.cuh"
+#include "conv_launch.cuh"
 
 namespace detconv {
 
@@ -12,7 +12,7 @@ const char* dgrad_gpu(const ConvProblem& p, const void* dy, const void* f, void*
   gpu::DeviceGuard guard(static_cast<cudaStream_t>(stream));
   return gpu::dispatch_num(p, [&](auto num) {
     using Num = decltype(num);
-    return gpu::launch_conv_any<Num, true>(p, dy, f, nullptr, dx, static_cast<cudaStream_t>(stream), "dgrad_gpu");
+    return gpu::launch_conv<Num, true>(p, dy, f, nullptr, dx, static_cast<cudaStream_t>(stream), "dgrad_gpu");
   });
 }
 

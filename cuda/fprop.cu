@@ -1,6 +1,6 @@
-// fprop_gpu: y = conv2d(x, f) [+ bias] (kernels.h), tiled kernel in conv_tiled.cuh.
+// fprop_gpu: y = conv(x, f) [+ bias] (kernels.h); kernels in conv_igemm.cuh / conv_direct.cuh.
 #include "common.cuh"
-#include "conv_tiled.cuh"
+#include "conv_launch.cuh"
 
 namespace detconv {
 
@@ -12,7 +12,7 @@ const char* fprop_gpu(const ConvProblem& p, const void* x, const void* f, const 
   gpu::DeviceGuard guard(static_cast<cudaStream_t>(stream));
   return gpu::dispatch_num(p, [&](auto num) {
     using Num = decltype(num);
-    return gpu::launch_conv_any<Num, false>(p, x, f, bias, y, static_cast<cudaStream_t>(stream), "fprop_gpu");
+    return gpu::launch_conv<Num, false>(p, x, f, bias, y, static_cast<cudaStream_t>(stream), "fprop_gpu");
   });
 }
 

@@ -1,7 +1,8 @@
-// wgrad_gpu: dw = conv2d_backprop_filter(x, dy) (kernels.h): chunk parts into the
-// workspace, then combined in chunk order (reduce_tiled.cuh).
+// wgrad_gpu: dw = conv_backprop_filter(x, dy) (kernels.h): chunk parts into the
+// workspace (wgrad_parts.cuh), then combined in chunk order (reduce.cuh).
 #include "common.cuh"
-#include "reduce_tiled.cuh"
+#include "reduce.cuh"
+#include "wgrad_parts.cuh"
 
 namespace detconv {
 
@@ -15,9 +16,15 @@ const char* wgrad_gpu(const ConvProblem& p, const void* x, const void* dy, void*
   if (dw == nullptr) return "detconv wgrad_gpu: filter gradient is null";
   if (p.R() > 0 && (x == nullptr || dy == nullptr)) return "detconv wgrad_gpu: input or output gradient is null";
   gpu::DeviceGuard guard(static_cast<cudaStream_t>(stream));
-  return gpu::dispatch_num(p, [&](auto num) {
+  return gpu::dispatch_num(p, [&](auto num) -> const char* {
     using Num = decltype(num);
-    return gpu::launch_wgrad<Num>(p, x, dy, dw, workspace, static_cast<cudaStream_t>(stream), "wgrad_gpu");
+    const auto s = static_cast<cudaStream_t>(stream);
+    const Chunks ch = reduction_chunks(p.R(), p.filter_elems());
+    if (ch.P > 0) {
+      if (workspace == nullptr) return "detconv wgrad_gpu: workspace is null";
+      if (const char* err = gpu::launch_wgrad_parts<Num>(p, ch, x, dy, workspace, s, "wgrad_gpu")) return err;
+    }
+    return gpu::launch_combine<Num>(p.filter_elems(), ch, workspace, dw, s, "wgrad_gpu");
   });
 }
 

@@ -74,45 +74,49 @@ struct Oracle {
   using A = typename H::A;
   static void fprop(const ConvProblem& p, const T* x, const T* f, const T* b, T* y) {
     const Strides4 xs = p.x_strides(), ys = p.y_strides();
-    auto x_at = [&](i64 n, i64 h, i64 w, i64 c) { return H::load(x[xs.at(n, h, w, c)]); };
-    auto f_at = [&](i64 kh, i64 kw, i64 i, i64 o) { return H::load(f[p.f_at(kh, kw, i, o)]); };
+    auto x_at = [&](i64 n, i64 d, i64 h, i64 w, i64 c) { return H::load(x[xs.at5(n, d, h, w, c)]); };
+    auto f_at = [&](i64 kd, i64 kh, i64 kw, i64 i, i64 o) { return H::load(f[p.f_at5(kd, kh, kw, i, o)]); };
     for (i64 n = 0; n < p.N; ++n)
-      for (i64 oh = 0; oh < p.OH; ++oh)
-        for (i64 ow = 0; ow < p.OW; ++ow)
-          for (i64 o = 0; o < p.Co; ++o) {
-            A acc = fprop_fold<A>(p, n, oh, ow, o, x_at, f_at, H::fma);
-            if (b) acc = H::add(acc, H::load(b[o]));
-            y[ys.at(n, oh, ow, o)] = H::store(acc);
-          }
+      for (i64 od = 0; od < p.OD; ++od)
+        for (i64 oh = 0; oh < p.OH; ++oh)
+          for (i64 ow = 0; ow < p.OW; ++ow)
+            for (i64 o = 0; o < p.Co; ++o) {
+              A acc = fprop_fold<A>(p, n, od, oh, ow, o, x_at, f_at, H::fma);
+              if (b) acc = H::add(acc, H::load(b[o]));
+              y[ys.at5(n, od, oh, ow, o)] = H::store(acc);
+            }
   }
   static void dgrad(const ConvProblem& p, const T* dy, const T* f, T* dx) {
     const Strides4 xs = p.x_strides(), ys = p.y_strides();
-    auto dy_at = [&](i64 n, i64 h, i64 w, i64 o) { return H::load(dy[ys.at(n, h, w, o)]); };
-    auto f_at = [&](i64 kh, i64 kw, i64 i, i64 o) { return H::load(f[p.f_at(kh, kw, i, o)]); };
+    auto dy_at = [&](i64 n, i64 d, i64 h, i64 w, i64 o) { return H::load(dy[ys.at5(n, d, h, w, o)]); };
+    auto f_at = [&](i64 kd, i64 kh, i64 kw, i64 i, i64 o) { return H::load(f[p.f_at5(kd, kh, kw, i, o)]); };
     for (i64 n = 0; n < p.N; ++n)
-      for (i64 ih = 0; ih < p.H; ++ih)
-        for (i64 iw = 0; iw < p.W; ++iw)
-          for (i64 c = 0; c < p.C; ++c)
-            dx[xs.at(n, ih, iw, c)] = H::store(dgrad_fold<A>(p, n, ih, iw, c, dy_at, f_at, H::fma));
+      for (i64 id = 0; id < p.D; ++id)
+        for (i64 ih = 0; ih < p.H; ++ih)
+          for (i64 iw = 0; iw < p.W; ++iw)
+            for (i64 c = 0; c < p.C; ++c)
+              dx[xs.at5(n, id, ih, iw, c)] = H::store(dgrad_fold<A>(p, n, id, ih, iw, c, dy_at, f_at, H::fma));
   }
   static void wgrad(const ConvProblem& p, const T* x, const T* dy, T* dw) {
     const Strides4 xs = p.x_strides(), ys = p.y_strides();
-    auto x_at = [&](i64 n, i64 h, i64 w, i64 c) { return H::load(x[xs.at(n, h, w, c)]); };
-    auto dy_at = [&](i64 n, i64 h, i64 w, i64 o) { return H::load(dy[ys.at(n, h, w, o)]); };
+    auto x_at = [&](i64 n, i64 d, i64 h, i64 w, i64 c) { return H::load(x[xs.at5(n, d, h, w, c)]); };
+    auto dy_at = [&](i64 n, i64 d, i64 h, i64 w, i64 o) { return H::load(dy[ys.at5(n, d, h, w, o)]); };
     const Chunks ch = reduction_chunks(p.R(), p.filter_elems());
     std::vector<A> parts(std::size_t(ch.P > 0 ? ch.P : 1));
-    for (i64 kh = 0; kh < p.KH; ++kh)
-      for (i64 kw = 0; kw < p.KW; ++kw)
-        for (i64 i = 0; i < p.Cg; ++i)
-          for (i64 o = 0; o < p.Co; ++o) {
-            for (i64 k = 0; k < ch.P; ++k)
-              parts[k] = wgrad_chunk_fold<A>(p, ch, k, kh, kw, i, o, x_at, dy_at, H::fma);
-            dw[p.f_at(kh, kw, i, o)] = H::store(combine_parts<A>(ch, [&](i64 k) { return parts[k]; }, H::add));
-          }
+    for (i64 kd = 0; kd < p.KD; ++kd)
+      for (i64 kh = 0; kh < p.KH; ++kh)
+        for (i64 kw = 0; kw < p.KW; ++kw)
+          for (i64 i = 0; i < p.Cg; ++i)
+            for (i64 o = 0; o < p.Co; ++o) {
+              for (i64 k = 0; k < ch.P; ++k)
+                parts[k] = wgrad_chunk_fold<A>(p, ch, k, kd, kh, kw, i, o, x_at, dy_at, H::fma);
+              dw[p.f_at5(kd, kh, kw, i, o)] =
+                  H::store(combine_parts<A>(ch, [&](i64 k) { return parts[k]; }, H::add));
+            }
   }
   static void bgrad(const ConvProblem& p, const T* dy, T* db) {
     const Strides4 ys = p.y_strides();
-    auto dy_at = [&](i64 n, i64 h, i64 w, i64 o) { return H::load(dy[ys.at(n, h, w, o)]); };
+    auto dy_at = [&](i64 n, i64 d, i64 h, i64 w, i64 o) { return H::load(dy[ys.at5(n, d, h, w, o)]); };
     const Chunks ch = reduction_chunks(p.R(), p.Co);
     std::vector<A> parts(std::size_t(ch.P > 0 ? ch.P : 1));
     for (i64 o = 0; o < p.Co; ++o) {
@@ -151,15 +155,26 @@ bool same_bits(const V& a, const V& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0);
 }
 
+bool g_misaligned = false;  // operands start one element past an aligned address (scalar loads)
+
+// A copy of v starting `off` elements into fresh storage (kept alive in `keep`).
+template <class T>
+T* placed(const std::vector<T>& v, int off, std::vector<std::vector<T>>& keep) {
+  keep.emplace_back(v.size() + 1 + off);
+  std::copy(v.begin(), v.end(), keep.back().begin() + off);
+  return keep.back().data() + off;
+}
+
 std::string describe(const ConvProblem& p) {
   char buf[400];
   std::snprintf(buf, sizeof(buf),
-                "N=%ld H=%ld W=%ld C=%ld K=%ldx%ld Cg=%ld Co=%ld G=%ld s=%ld,%ld d=%ld,%ld pad=%ld,%ld,%ld,%ld "
-                "OH=%ld OW=%ld %s %s%s",
-                long(p.N), long(p.H), long(p.W), long(p.C), long(p.KH), long(p.KW), long(p.Cg), long(p.Co),
-                long(p.G), long(p.sh), long(p.sw), long(p.dh), long(p.dw), long(p.pt), long(p.pb), long(p.pl),
-                long(p.pr), long(p.OH), long(p.OW), p.layout == Layout::kNHWC ? "NHWC" : "NCHW",
-                dtype_name(p.dtype), p.accum == Accum::kFloat16 ? " acc16" : "");
+                "N=%ld D=%ld H=%ld W=%ld C=%ld K=%ldx%ldx%ld Cg=%ld Co=%ld G=%ld s=%ld,%ld,%ld d=%ld,%ld,%ld "
+                "pad=%ld,%ld,%ld,%ld,%ld,%ld OD=%ld OH=%ld OW=%ld %s %s%s%s",
+                long(p.N), long(p.D), long(p.H), long(p.W), long(p.C), long(p.KD), long(p.KH), long(p.KW),
+                long(p.Cg), long(p.Co), long(p.G), long(p.sd), long(p.sh), long(p.sw), long(p.dd), long(p.dh),
+                long(p.dw), long(p.pf), long(p.pk), long(p.pt), long(p.pb), long(p.pl), long(p.pr), long(p.OD),
+                long(p.OH), long(p.OW), p.layout == Layout::kNHWC ? "NHWC" : "NCHW", dtype_name(p.dtype),
+                p.accum == Accum::kFloat16 ? " acc16" : "", g_misaligned ? " misaligned" : "");
   return buf;
 }
 
@@ -171,19 +186,24 @@ int run_case(const ConvProblem& p, bool specials) {
   auto f = data<H>(p.filter_elems(), scale, specials);
   auto b = data<H>(p.Co, scale, specials);
   auto dy = data<H>(p.y_elems(), scale, specials);
+  std::vector<std::vector<T>> keep;
+  const int off = g_misaligned ? 1 : 0;
+  const T* xp = placed(x, off, keep);
+  const T* fp = placed(f, off, keep);
+  const T* dyp = placed(dy, off, keep);
   int bad = 0;
   const bool with_bias = pick(0, 1) == 1;
   {
     std::vector<T> want(std::size_t(p.y_elems())), got(want.size());
     Oracle<H>::fprop(p, x.data(), f.data(), with_bias ? b.data() : nullptr, want.data());
-    const char* err = fprop_gpu(p, x.data(), f.data(), with_bias ? b.data() : nullptr, got.data(), nullptr);
+    const char* err = fprop_gpu(p, xp, fp, with_bias ? b.data() : nullptr, got.data(), nullptr);
     if (err) { std::printf("fprop error: %s\n", err); ++bad; }
     else if (!same_bits(want, got)) { std::printf("FPROP MISMATCH %s\n", describe(p).c_str()); ++bad; }
   }
   {
     std::vector<T> want(std::size_t(p.x_elems())), got(want.size());
     Oracle<H>::dgrad(p, dy.data(), f.data(), want.data());
-    const char* err = dgrad_gpu(p, dy.data(), f.data(), got.data(), nullptr);
+    const char* err = dgrad_gpu(p, dyp, fp, got.data(), nullptr);
     if (err) { std::printf("dgrad error: %s\n", err); ++bad; }
     else if (!same_bits(want, got)) { std::printf("DGRAD MISMATCH %s\n", describe(p).c_str()); ++bad; }
   }
@@ -191,7 +211,7 @@ int run_case(const ConvProblem& p, bool specials) {
     std::vector<T> want(std::size_t(p.filter_elems())), got(want.size());
     std::vector<unsigned char> ws(wgrad_gpu_workspace_bytes(p) + 1);
     Oracle<H>::wgrad(p, x.data(), dy.data(), want.data());
-    const char* err = wgrad_gpu(p, x.data(), dy.data(), got.data(), ws.data(), nullptr);
+    const char* err = wgrad_gpu(p, xp, dyp, got.data(), ws.data(), nullptr);
     if (err) { std::printf("wgrad error: %s\n", err); ++bad; }
     else if (!same_bits(want, got)) { std::printf("WGRAD MISMATCH %s\n", describe(p).c_str()); ++bad; }
   }
@@ -199,7 +219,7 @@ int run_case(const ConvProblem& p, bool specials) {
     std::vector<T> want(std::size_t(p.Co)), got(want.size());
     std::vector<unsigned char> ws(bgrad_gpu_workspace_bytes(p) + 1);
     Oracle<H>::bgrad(p, dy.data(), want.data());
-    const char* err = bgrad_gpu(p, dy.data(), got.data(), ws.data(), nullptr);
+    const char* err = bgrad_gpu(p, dyp, got.data(), ws.data(), nullptr);
     if (err) { std::printf("bgrad error: %s\n", err); ++bad; }
     else if (!same_bits(want, got)) { std::printf("BGRAD MISMATCH %s\n", describe(p).c_str()); ++bad; }
   }
@@ -216,8 +236,11 @@ int run(const ConvProblem& p, bool specials) {
   return 1;
 }
 
-// A random problem; `big` picks channel counts that need several column tiles
-// and reduction chunks.
+// Problem kinds, cycled through by main().
+constexpr int kKinds = 8;
+
+// A random problem of one kind (every kind mixes dtypes, both float16
+// accumulations, layouts and the three padding modes).
 bool random_problem(ConvProblem& p, int shape_kind) {
   p = ConvProblem();
   p.N = pick(1, 3);
@@ -235,21 +258,33 @@ bool random_problem(ConvProblem& p, int shape_kind) {
       G = pick(1, 3); p.Cg = pick(1, 4); Cog = pick(1, 5); break;
     case 1:  // depthwise, depth multiplier 1..3
       G = pick(1, 24); p.Cg = 1; Cog = pick(1, 3); break;
-    case 2:  // wide: several column tiles and reduction chunks
+    case 2:  // wide: several column tiles, K tails, reduction chunks
       G = pick(1, 2); p.Cg = pick(15, 40); Cog = pick(60, 140); p.H = pick(1, 6); p.W = pick(1, 6);
       p.KH = pick(1, 2); p.KW = pick(1, 2); break;
-    default:  // many pixels, few channels (narrow tiles, many wgrad chunks)
+    case 3:  // many pixels, few channels (many row tiles and wgrad chunks)
       G = 1; p.Cg = pick(1, 3); Cog = pick(1, 4); p.N = pick(1, 4); p.H = pick(8, 24); p.W = pick(8, 24); break;
+    case 4:  // three spatial dimensions
+      G = pick(1, 2); p.Cg = pick(1, 9); Cog = pick(1, 12); p.D = pick(1, 6); p.KD = pick(1, 3); p.sd = pick(1, 2);
+      p.dd = pick(1, 2); p.H = pick(1, 6); p.W = pick(1, 6); break;
+    case 5:  // vector quads: channel counts that are multiples of 4, GEMM tiles with tails
+      G = pick(1, 2); p.Cg = 4 * pick(1, 10); Cog = 4 * pick(2, 36); p.H = pick(2, 9); p.W = pick(2, 9); break;
+    case 6:  // stem-like: 3 input channels, wide filters, stride 2
+      G = 1; p.Cg = 3; Cog = pick(8, 40); p.KH = pick(3, 7); p.KW = pick(3, 7); p.sh = p.sw = 2; p.dh = p.dw = 1;
+      p.H = pick(6, 16); p.W = pick(6, 16); break;
+    default:  // 3-D with GEMM-sized channels
+      G = 1; p.Cg = 4 * pick(1, 6); Cog = 4 * pick(2, 20); p.D = pick(2, 5); p.KD = pick(1, 3); p.sd = pick(1, 2);
+      p.H = pick(2, 6); p.W = pick(2, 6); p.KH = pick(1, 3); p.KW = pick(1, 3); break;
   }
   p.C = G * p.Cg;
   p.Co = G * Cog;
   const int dt = int(pick(0, 4));
   p.dtype = dt == 0 ? DType::kFloat32 : dt == 1 ? DType::kFloat64 : dt == 4 ? DType::kBFloat16 : DType::kFloat16;
   p.accum = dt == 3 ? Accum::kFloat16 : Accum::kDefault;
-  p.layout = pick(0, 1) ? Layout::kNCHW : Layout::kNHWC;
+  p.layout = pick(0, 3) == 0 ? Layout::kNCHW : Layout::kNHWC;
   Padding mode = Padding(pick(0, 2));
   if (mode == Padding::kExplicit) {
     p.pt = pick(0, 3); p.pb = pick(0, 3); p.pl = pick(0, 3); p.pr = pick(0, 3);
+    if (p.D > 1 || p.KD > 1) { p.pf = pick(0, 2); p.pk = pick(0, 2); }
   }
   return finalize_problem(p, mode).empty();
 }
@@ -293,8 +328,10 @@ int main(int argc, char** argv) {
   }
   for (int k = 0; k < cases; ++k) {
     ConvProblem p;
-    if (!random_problem(p, k % 4)) continue;
+    if (!random_problem(p, k % kKinds)) continue;
+    g_misaligned = pick(0, 4) == 0;
     bad += run(p, k % 3 == 0);
+    g_misaligned = false;
     ++done;
   }
   std::printf("emu_test: %d problems x 4 computations, %d mismatches, %ld barriers emulated\n", done, bad,

@@ -27,6 +27,10 @@
 #define __shared__ static
 #define __launch_bounds__(...)
 
+// Vector types the kernels move 4 elements with (alignment as on the device).
+struct alignas(8) uint2 { unsigned x, y; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+
 struct dim3 {
   unsigned x = 1, y = 1, z = 1;
 };
@@ -57,6 +61,11 @@ struct Scheduler {
   unsigned cur = 0;
   const std::function<void()>* body = nullptr;
   long barriers = 0;
+  // Order in which the fibers run between two barriers: forward, reverse, or
+  // rotated, changing at every barrier, so that a read of shared memory that
+  // a missing barrier leaves unordered sees a different writer order (and so
+  // different bits) across phases. EMU_ORDER=forward keeps the plain order.
+  unsigned phase = 0;
 };
 inline Scheduler& sched() {
   static Scheduler s;
@@ -89,8 +98,14 @@ inline void run_block(unsigned block, const std::function<void()>& body) {
     makecontext(&f.ctx, fiber_entry, 0);
     f.state = 0;
   }
+  static const bool plain = [] {
+    const char* v = std::getenv("EMU_ORDER");
+    return v != nullptr && std::strcmp(v, "forward") == 0;
+  }();
   for (;;) {
-    for (unsigned t = 0; t < block; ++t) {
+    const unsigned mode = plain ? 0 : s.phase++ % 3, rot = block > 1 ? (s.phase * 7919u) % block : 0;
+    for (unsigned k = 0; k < block; ++k) {
+      const unsigned t = mode == 0 ? k : mode == 1 ? block - 1 - k : (k + rot) % block;
       if (s.fibers[t].state != 0) continue;
       s.cur = t;
       threadIdx.x = t;

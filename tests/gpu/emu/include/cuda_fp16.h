@@ -19,3 +19,12 @@ inline __half __hfma(__half a, __half b, __half c) {
 inline __half __hadd_rn(__half a, __half b) {
   return __half(detconv::float_to_half(detconv::add_h16(__half2float(a), __half2float(b))), 0);
 }
+
+// Two binary16 lanes; __hfma2 is lane-wise the IEEE binary16 fma (as fma.rn.f16x2).
+struct __half2 {
+  __half x, y;
+};
+inline __half2 __half2half2(__half a) { return __half2{a, a}; }
+inline __half __low2half(__half2 a) { return a.x; }
+inline __half __high2half(__half2 a) { return a.y; }
+inline __half2 __hfma2(__half2 a, __half2 b, __half2 c) { return __half2{__hfma(a.x, b.x, c.x), __hfma(a.y, b.y, c.y)}; }
