@@ -71,7 +71,19 @@ class CupyLib:
         self.cp.cuda.get_current_stream().synchronize()
 
     def new_stream(self):
-        return self.cp.cuda.Stream(non_blocking=True)
+        """A non-blocking side stream that first waits for the work already queued on
+        the current stream (the host-to-device copies of the operands): a
+        non-blocking stream does not synchronize with the legacy default stream."""
+        cuda = self.cp.cuda
+        cur = cuda.get_current_stream()
+        side = cuda.Stream(non_blocking=True)
+        if hasattr(cuda, "Event") and hasattr(side, "wait_event"):
+            ev = cuda.Event(disable_timing=True)
+            ev.record(cur)
+            side.wait_event(ev)
+        else:  # e.g. tests/gpu/emu/fakecupy, which has no events: wait on the host instead
+            cur.synchronize()
+        return side
 
     def stream_ctx(self, s):
         return s
@@ -117,7 +129,11 @@ class TorchLib:
         self.torch.cuda.current_stream().synchronize()
 
     def new_stream(self):
-        return self.torch.cuda.Stream()
+        """A side stream ordered after the work already queued on the current stream
+        (the operands' host-to-device copies); PyTorch's pool streams are non-blocking."""
+        s = self.torch.cuda.Stream()
+        s.wait_stream(self.torch.cuda.current_stream())
+        return s
 
     def stream_ctx(self, s):
         return self.torch.cuda.stream(s)

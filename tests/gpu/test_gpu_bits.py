@@ -8,7 +8,9 @@ accumulations), bfloat16 (PyTorch only: CuPy has no bfloat16); strides,
 dilations, groups (depthwise included), SAME/VALID/explicit padding, NHWC and
 NCHW; tiny shapes up to ResNet-50 layers at batch 1 and 32; 50 repeated runs;
 batch-split and crop invariance on the GPU; non-default streams; CuPy and
-PyTorch agreeing with each other.
+PyTorch agreeing with each other; every forced tile configuration
+(DETCONV_CUDA_TILE=0..5) on small shapes for all numerics; native float16
+accumulation with subnormal products and -0 accumulators before padded taps.
 """
 
 import numpy as np
@@ -240,3 +242,103 @@ def test_empty_and_zero_reduction(lib, rng):
     dw = K.conv2d_backprop_filter(x, dy, (3, 3, 3, 4), padding="SAME")
     assert not lib.bits(dw).any()  # R = 0: +0 everywhere
     assert not lib.bits(K.bias_grad(dy)).any()
+
+
+# ----------------------------------------------------- forced tile configurations
+# DETCONV_CUDA_TILE=k forces tile configuration k on every launch (an index beyond
+# a computation's own configurations wraps modulo their count); tile shapes never
+# change a bit, so every forced configuration must give the CPU's bits.
+TILES = [str(t) for t in range(6)]
+TILE_SHAPES = [
+    ("3x3-s2-chunks", (3, 11, 10, 21), (3, 3, 21, 37), 2, 1, "SAME"),  # R = 90: two dw chunks
+    ("groups3-explicit", (2, 7, 6, 12), (3, 2, 4, 9), 1, 1, ((1, 0), (2, 1))),
+    ("depthwise-m2-d2", (2, 8, 7, 6), (3, 3, 1, 12), 1, 2, "SAME"),
+]
+
+
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("dtype,accumulation", NUMERICS, ids=NUM_IDS)
+@pytest.mark.parametrize("case", TILE_SHAPES, ids=[c[0] for c in TILE_SHAPES])
+@pytest.mark.parametrize("tile", TILES, ids=[f"tile{t}" for t in TILES])
+@pytest.mark.parametrize("lib", LIBS)
+def test_forced_tile_configs(lib, rng, monkeypatch, tile, case, dtype, accumulation, data_format):
+    monkeypatch.setenv("DETCONV_CUDA_TILE", tile)
+    _check(lib, rng, case, dtype, accumulation, data_format)
+
+
+# ------------------------- native float16 accumulation: subnormals and -0 accumulators
+# Products of binary16 values of magnitude 2^-8 .. 2^-13 are binary16 subnormals
+# (>= 2^-24) or underflow; a negative product that underflows rounds to -0, so an
+# accumulator (which starts at +0) becomes -0. In the forward pass and dw a padded
+# tap is a real fma(+0, f, acc), which turns a -0 accumulator into +0 when +0*f is
+# +0 - an implementation that skipped padded taps would keep -0. 3x3 filters with
+# SAME padding so that padded taps exist (first and last in the fold).
+F16_SHAPES = [
+    ("3x3-same", (2, 6, 5, 4), (3, 3, 4, 3), 1, 1, "SAME"),  # R = 60: one dw chunk
+    ("3x3-same-chunks", (2, 9, 8, 3), (3, 3, 3, 4), 1, 1, "SAME"),  # R = 144: three dw chunks
+    ("groups2-s2", (1, 7, 7, 4), (3, 3, 2, 6), 2, 1, "SAME"),
+    ("depthwise", (2, 6, 6, 3), (3, 3, 1, 3), 1, 1, "SAME"),
+]
+# sign of x, f, dy (0: random) and their exponent range 2^-lo .. 2^-hi; mantissas in
+# [1, 1.4] for the all-underflowing patterns, so that every product is below 2^-25
+# in magnitude and rounds to a signed zero.
+F16_PATTERNS = {
+    # subnormal and underflowing products of both signs, some exact -0 / +0 inputs
+    "mixed-subnormal": dict(signs=(0, 0, 0), exps=(8, 12), mant=(1.0, 2.0), zeros=True),
+    # fwd and dw: every term a negative underflowing product -> -0 accumulators
+    # before the padded taps; dx: positive underflow (+0)
+    "neg-underflow-fwd-dw": dict(signs=(-1, 1, 1), exps=(13, 13), mant=(1.0, 1.4), zeros=False),
+    # dx and dw: every term a negative underflowing product; fwd: +0
+    "neg-underflow-dx-dw": dict(signs=(1, 1, -1), exps=(13, 13), mant=(1.0, 1.4), zeros=False),
+    # products just around the smallest subnormal 2^-24 (round up to it, or to -0/+0)
+    "around-2^-24": dict(signs=(0, 1, 0), exps=(12, 13), mant=(1.0, 2.0), zeros=False),
+}
+
+
+def _f16_tiny(rng, shape, sign, exps, mant, zeros):
+    lo, hi = exps
+    e = rng.integers(lo, hi + 1, size=shape).astype(np.float64)
+    m = rng.uniform(mant[0], mant[1], size=shape)
+    s = rng.choice([-1.0, 1.0], size=shape) if sign == 0 else float(sign)
+    v = (s * m * np.exp2(-e)).astype(np.float16)
+    if zeros and v.size > 2:
+        flat = v.reshape(-1)
+        idx = rng.choice(v.size, size=max(1, v.size // 10), replace=False)
+        flat[idx[: len(idx) // 2]] = np.float16(-0.0)
+        flat[idx[len(idx) // 2:]] = np.float16(0.0)
+    return v
+
+
+@pytest.mark.parametrize("pattern", list(F16_PATTERNS))
+@pytest.mark.parametrize("case", F16_SHAPES, ids=[c[0] for c in F16_SHAPES])
+@pytest.mark.parametrize("lib", LIBS)
+def test_float16_accumulation_subnormal_and_negative_zero(lib, rng, monkeypatch, case, pattern):
+    _, x_shape, f_shape, strides, dilations, padding = case
+    p = F16_PATTERNS[pattern]
+    sx, sf, sdy = p["signs"]
+    y_shape = out_shape(x_shape, f_shape, strides, dilations, padding)
+    x = _f16_tiny(rng, x_shape, sx, p["exps"], p["mant"], p["zeros"])
+    f = _f16_tiny(rng, f_shape, sf, p["exps"], p["mant"], p["zeros"])
+    dy = _f16_tiny(rng, y_shape, sdy, p["exps"], p["mant"], p["zeros"])
+    # bias -0 keeps the accumulator's sign visible in y (-0 + -0 = -0, +0 + -0 = +0)
+    b = np.full((f_shape[3],), -0.0, dtype=np.float16)
+    if pattern.startswith("neg-underflow"):
+        # the premise: every product underflows to a signed zero in binary16
+        assert float(np.abs(x).max()) * float(np.abs(f).max()) < 2.0 ** -25
+        assert float(np.abs(x).max()) * float(np.abs(dy).max()) < 2.0 ** -25
+        assert float(np.abs(dy).max()) * float(np.abs(f).max()) < 2.0 ** -25
+    gpu = [lib.from_numpy(a) for a in (x, f, b, dy)]
+    cpu = [lib.cpu(a) for a in gpu]
+    want = run_all(*cpu, strides, dilations, padding, "float16", "NHWC")
+    if pattern == "neg-underflow-fwd-dw":
+        # the case is doing its job: y holds both -0 (interior) and +0 (after padded taps)
+        yb = lib.bits(want[0])
+        assert (yb == np.int16(-0x8000)).any() and (yb == 0).any(), "expected both -0 and +0 in y"
+    for tile in [None] + TILES:
+        if tile is None:
+            monkeypatch.delenv("DETCONV_CUDA_TILE", raising=False)
+        else:
+            monkeypatch.setenv("DETCONV_CUDA_TILE", tile)
+        got = run_all(*gpu, strides, dilations, padding, "float16", "NHWC")
+        for name, g, w in zip(NAMES, got, want):
+            assert_same_bits(lib, g, w, f"{name} float16/float16 {pattern} tile {tile or 'auto'}")
