@@ -316,9 +316,12 @@ struct StridesI {
 };
 
 // Calls fn(I{}) with I = int when the problem fits 32-bit indexing, else i64.
+// Testing knob: DETCONV_CUDA_INDEX64=1 takes the 64-bit path for every problem.
 template <class Fn>
 const char* dispatch_index(const ConvProblem& p, Fn&& fn) {
-  return fits_int32(p) ? fn(int(0)) : fn(i64(0));
+  const char* force = std::getenv("DETCONV_CUDA_INDEX64");
+  const bool wide = (force != nullptr && force[0] == '1') || !fits_int32(p);
+  return wide ? fn(i64(0)) : fn(int(0));
 }
 
 }  // namespace gpu

@@ -6,7 +6,7 @@ transcription of the contract's loop nests (order.h), on random problems of
 every kind the kernels meet: all dtypes and both float16 accumulations,
 strides, dilations, groups, depthwise, paddings, NHWC/NCHW, three spatial
 dimensions, misaligned operands (scalar loads), tails that are no multiple of
-any tile. The emulator varies the order in which a block's threads run
+any tile, and the 64-bit index kernels (DETCONV_CUDA_INDEX64=1). The emulator varies the order in which a block's threads run
 between barriers, so a missing barrier shows as a mismatch; one run is built
 with AddressSanitizer and UBSan (global out-of-bounds access, misaligned
 vector access, index overflow). Needs only g++, so it runs in CI on machines
@@ -59,6 +59,7 @@ def test_cuda_kernels_under_emulation(tmp_path):
     # the rest of the auto-chosen batch, and every configuration forced on every problem kind
     runs = [({}, CASES_AUTO - CASES_AUTO // 2, "6")]
     runs += [({"DETCONV_CUDA_TILE": str(t)}, CASES_FORCED, str(60 + t)) for t in range(CONFIGS)]
+    runs += [({"DETCONV_CUDA_INDEX64": "1"}, CASES_FORCED // 2, "70")]  # the 64-bit index kernels
 
     def one(spec):
         extra, cases, seed = spec
