@@ -165,6 +165,8 @@ def _check_static(x, f, st, dl, mode, data_format):
     for dim, label in ((kh, "height"), (kw, "width"), (cg, "in-channels"), (co, "out-channels")):
         if dim is not None and dim == 0:
             raise ValueError(f"filters: zero-size filter ({label} is 0)")
+    if c is not None and c == 0:  # tf.nn: "grouped convolution must have at least one group"
+        raise tf.errors.InvalidArgumentError(None, None, "input: zero input channels (0 groups)")
     if c is not None and cg is not None:
         if c % cg != 0:
             raise ValueError(f"filters: input channels ({c}) must be a multiple of the filter's in-channels ({cg})")

@@ -95,3 +95,48 @@ def test_unknown_rank_inputs_work():
     assert fn(X, F).shape == (1, 6, 6, 8)
     with pytest.raises(tf.errors.InvalidArgumentError, match="input"):
         fn(np.ones((6, 6, 4), np.float32), F)
+
+
+# Geometry whose sizes overflow: a clean error naming the argument, never a
+# process abort (TensorShape's fatal check) or a wrapped, silently wrong size.
+OVERFLOW = [
+    ("transpose output_shape", "detconv.conv2d_transpose(np.ones((1, 4, 4, 1), 'f4'), np.ones((2, 2, 1, 1), 'f4'), "
+                               "[2**31 - 1] * 3 + [1], 1, 'SAME')", "input_sizes"),
+    ("backprop_filter filter_sizes", "detconv.conv2d_backprop_filter(np.ones((1, 4, 4, 1), 'f4'), "
+                                     "[2**31 - 1, 2**31 - 1, 2**31 - 1, 2], np.ones((1, 4, 4, 1), 'f4'), 1, 'SAME')",
+     "filter_sizes"),
+    ("explicit padding 2**63-1", "detconv.conv2d(np.ones((1, 4, 4, 1), 'f4'), np.ones((2, 2, 1, 1), 'f4'), 1, "
+                                 "[[0, 0], [2**63 - 1, 0], [0, 0], [0, 0]])", "padding"),
+    ("zero input channels", "detconv.conv2d(np.ones((1, 4, 4, 0), 'f4'), np.ones((2, 2, 1, 1), 'f4'), 1, 'SAME')",
+     "input"),
+]
+
+
+@pytest.mark.parametrize("what,call_src,arg", OVERFLOW, ids=[o[0] for o in OVERFLOW])
+def test_overflowing_geometry_fails_cleanly(what, call_src, arg):
+    import subprocess
+    import sys
+
+    from detconv._loader import child_python_kwargs
+
+    src = ("import numpy as np, tensorflow as tf, detconv\n"
+           f"try:\n    {call_src}\n    print('NO ERROR')\n"
+           "except (ValueError, TypeError, tf.errors.InvalidArgumentError) as e:\n"
+           "    print('ERROR', type(e).__name__, str(e).replace(chr(10), ' '))\n")
+    r = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True, timeout=300,
+                       **child_python_kwargs(log_level="3"))
+    assert r.returncode == 0, f"process died (rc={r.returncode}):\n{r.stderr[-2000:]}"
+    last = r.stdout.strip().splitlines()[-1]
+    assert last.startswith("ERROR") and arg in last, last
+
+
+def test_kernels_api_overflowing_geometry():
+    from detconv import kernels as K
+
+    x, f = np.ones((1, 6, 6, 1), np.float32), np.ones((5, 5, 1, 1), np.float32)
+    with pytest.raises(ValueError, match="dilations"):  # (5-1)*2**62 + 1 wraps to 1 in 64 bits
+        K.conv2d(x, f, 1, "VALID", 2**62)
+    with pytest.raises(ValueError, match="padding"):
+        K.conv2d(x, f, 1, ((2**62, 2**62), (0, 0)))
+    # a huge stride is no overflow: SAME gives one output per dimension
+    assert K.conv2d(x, np.ones((1, 1, 1, 1), np.float32), 2**62, "SAME").shape == (1, 1, 1, 1)

@@ -3,6 +3,7 @@
 // and tensor strides from here (CONTRACT.md, "Notation").
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #if defined(__CUDACC__)
@@ -87,47 +88,81 @@ struct ConvProblem {
   DC_HD i64 f_at5(i64 kd, i64 kh, i64 kw, i64 i, i64 o) const { return (((kd * KH + kh) * KW + kw) * Cg + i) * Co + o; }
 };
 
-// Fills padding and output size and validates every field. Returns an empty
-// string on success, else a message that names the offending argument.
-inline std::string finalize_problem(ConvProblem& p, Padding mode) {
-  auto bad = [](const std::string& s) { return s; };
-  if (p.N < 0 || p.H < 0 || p.W < 0 || p.C < 0) return bad("input: negative dimension");
-  if (p.KH <= 0 || p.KW <= 0 || p.Cg <= 0 || p.Co <= 0)
-    return bad("filters: every dimension must be positive (got a zero-size filter)");
-  if (p.D < 0) return bad("input: negative dimension");
-  if (p.KD <= 0) return bad("filters: every dimension must be positive (got a zero-size filter)");
-  if (p.sh < 1 || p.sw < 1 || p.sd < 1) return bad("strides: must be >= 1");
-  if (p.dh < 1 || p.dw < 1 || p.dd < 1) return bad("dilations: must be >= 1");
-  if (p.C % p.Cg != 0)
-    return bad("filters: input channels (" + std::to_string(p.C) +
-               ") must be a multiple of the filter's in-channels (" + std::to_string(p.Cg) + ")");
-  p.G = p.C / p.Cg;
-  if (p.G < 1) return bad("filters: input channels must be positive");
-  if (p.Co % p.G != 0)
-    return bad("filters: out-channels (" + std::to_string(p.Co) +
-               ") must be divisible by the number of groups (" + std::to_string(p.G) + ")");
-  const i64 ekh = (p.KH - 1) * p.dh + 1, ekw = (p.KW - 1) * p.dw + 1, ekd = (p.KD - 1) * p.dd + 1;
+// Largest element count of any tensor of a problem (input, output, filter):
+// every offset, and every product of a count with an element size, stays far
+// below 2^63.
+constexpr i64 kMaxElements = i64(1) << 56;
+
+namespace problem_detail {
+// a*b, a+b and a-b that report overflow instead of wrapping.
+inline bool mul(i64 a, i64 b, i64* out) { return !__builtin_mul_overflow(a, b, out); }
+inline bool add(i64 a, i64 b, i64* out) { return !__builtin_add_overflow(a, b, out); }
+inline bool sub(i64 a, i64 b, i64* out) { return !__builtin_sub_overflow(a, b, out); }
+// a*b*...; false on overflow or past kMaxElements.
+inline bool count(std::initializer_list<i64> dims, i64* out) {
+  i64 n = 1;
+  for (i64 d : dims)
+    if (!mul(n, d, &n) || n > kMaxElements) return false;
+  *out = n;
+  return true;
+}
+
+// Padding and output size of one spatial dimension, overflow-checked
+// (CONTRACT.md, "Notation"). Returns an empty string or the error.
+inline std::string resolve_dim(Padding mode, i64 size, i64 k, i64 stride, i64 dil, i64* pad_lo, i64* pad_hi,
+                               i64* out) {
+  i64 ek;  // dilated extent (k - 1)*dil + 1
+  if (!mul(k - 1, dil, &ek) || !add(ek, 1, &ek)) return "dilations: the dilated filter extent overflows";
   if (mode == Padding::kValid) {
-    p.pt = p.pb = p.pl = p.pr = p.pf = p.pk = 0;
+    *pad_lo = *pad_hi = 0;
   } else if (mode == Padding::kSame) {
-    const i64 oh = (p.H + p.sh - 1) / p.sh, ow = (p.W + p.sw - 1) / p.sw, od = (p.D + p.sd - 1) / p.sd;
-    i64 th = (oh - 1) * p.sh + ekh - p.H, tw = (ow - 1) * p.sw + ekw - p.W, td = (od - 1) * p.sd + ekd - p.D;
-    if (th < 0) th = 0;
-    if (tw < 0) tw = 0;
-    if (td < 0) td = 0;
-    p.pt = th / 2; p.pb = th - p.pt; p.pl = tw / 2; p.pr = tw - p.pl; p.pf = td / 2; p.pk = td - p.pf;
-  } else {
-    if (p.pt < 0 || p.pb < 0 || p.pl < 0 || p.pr < 0 || p.pf < 0 || p.pk < 0)
-      return bad("padding: explicit padding must be >= 0");
+    const i64 o = size / stride + (size % stride != 0);  // ceil(size / stride)
+    i64 t;
+    if (!mul(o > 0 ? o - 1 : 0, stride, &t) || !add(t, ek, &t)) return "strides: the padded extent overflows";
+    t -= size;  // t >= ek - size > -2^63
+    if (t < 0) t = 0;
+    *pad_lo = t / 2;
+    *pad_hi = t - *pad_lo;
   }
-  const i64 hh = p.H + p.pt + p.pb - ekh, ww = p.W + p.pl + p.pr - ekw, dd = p.D + p.pf + p.pk - ekd;
-  if (hh < 0 || ww < 0 || dd < 0)
-    return bad("filters: the (dilated) filter is larger than the padded input");
-  p.OH = hh / p.sh + 1;
-  p.OW = ww / p.sw + 1;
-  p.OD = dd / p.sd + 1;
+  i64 span;
+  if (!add(size, *pad_lo, &span) || !add(span, *pad_hi, &span)) return "padding: the padded size overflows";
+  if (span < ek) return "filters: the (dilated) filter is larger than the padded input";
+  *out = (span - ek) / stride + 1;
+  return std::string();
+}
+}  // namespace problem_detail
+
+// Fills padding and output size and validates every field. Returns an empty
+// string on success, else a message that names the offending argument. All
+// size arithmetic is overflow-checked: a geometry whose sizes do not fit is an
+// error, never a wrapped value.
+inline std::string finalize_problem(ConvProblem& p, Padding mode) {
+  using namespace problem_detail;
+  if (p.N < 0 || p.D < 0 || p.H < 0 || p.W < 0 || p.C < 0) return "input: negative dimension";
+  if (p.KD <= 0 || p.KH <= 0 || p.KW <= 0 || p.Cg <= 0 || p.Co <= 0)
+    return "filters: every dimension must be positive (got a zero-size filter)";
+  if (p.sh < 1 || p.sw < 1 || p.sd < 1) return "strides: must be >= 1";
+  if (p.dh < 1 || p.dw < 1 || p.dd < 1) return "dilations: must be >= 1";
+  if (p.C % p.Cg != 0)
+    return "filters: input channels (" + std::to_string(p.C) + ") must be a multiple of the filter's in-channels (" +
+           std::to_string(p.Cg) + ")";
+  p.G = p.C / p.Cg;
+  if (p.G < 1) return "filters: input channels must be positive";
+  if (p.Co % p.G != 0)
+    return "filters: out-channels (" + std::to_string(p.Co) + ") must be divisible by the number of groups (" +
+           std::to_string(p.G) + ")";
+  if (mode == Padding::kExplicit && (p.pt < 0 || p.pb < 0 || p.pl < 0 || p.pr < 0 || p.pf < 0 || p.pk < 0))
+    return "padding: explicit padding must be >= 0";
+  std::string err;
+  if (!(err = resolve_dim(mode, p.D, p.KD, p.sd, p.dd, &p.pf, &p.pk, &p.OD)).empty()) return err;
+  if (!(err = resolve_dim(mode, p.H, p.KH, p.sh, p.dh, &p.pt, &p.pb, &p.OH)).empty()) return err;
+  if (!(err = resolve_dim(mode, p.W, p.KW, p.sw, p.dw, &p.pl, &p.pr, &p.OW)).empty()) return err;
+  i64 n;
+  if (!count({p.N, p.D, p.H, p.W, p.C}, &n)) return "input: too many elements";
+  if (!count({p.N, p.OD, p.OH, p.OW, p.Co}, &n)) return "output: too many elements (output shape overflows)";
+  if (!count({p.KD, p.KH, p.KW, p.Cg, p.Co}, &n)) return "filters: too many elements";
   if (p.dtype != DType::kFloat16 && p.accum == Accum::kFloat16)
-    return bad("accumulation: 'float16' needs float16 inputs");
+    return "accumulation: 'float16' needs float16 inputs";
   return std::string();
 }
 

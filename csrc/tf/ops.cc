@@ -31,15 +31,17 @@ bool nchw(InferenceContext* c) {
   return c->GetAttr("data_format", &df).ok() && df == "NCHW";
 }
 
-// Output size along one spatial axis, -1 if unknown or invalid (the kernel
-// then reports the error with the argument's name).
+// Output size along one spatial axis (the problem's own arithmetic,
+// overflow-checked), -1 if unknown or invalid (the kernel then reports the
+// error with the argument's name).
 int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t d, const std::string& padding, int64_t lo, int64_t hi) {
-  if (in < 0 || k < 0 || s < 1 || d < 1) return -1;
-  const int64_t ek = (k - 1) * d + 1;
-  if (padding == "SAME") return (in + s - 1) / s;
-  if (padding == "VALID") lo = hi = 0;
-  const int64_t span = in + lo + hi - ek;
-  return span < 0 ? -1 : span / s + 1;
+  if (in < 0 || k < 1 || s < 1 || d < 1 || lo < 0 || hi < 0) return -1;
+  const detconv::Padding mode = padding == "SAME" ? detconv::Padding::kSame
+                                : padding == "VALID" ? detconv::Padding::kValid
+                                                     : detconv::Padding::kExplicit;
+  int64_t out = -1;
+  if (!detconv::problem_detail::resolve_dim(mode, in, k, s, d, &lo, &hi, &out).empty()) return -1;
+  return out;
 }
 
 absl::Status conv_shape(InferenceContext* c) {
