@@ -1,7 +1,8 @@
 # CUDA kernels (cuda/*.cu) as the static library detconv_gpu, or the stub
 # csrc/gpu_stub.cc whose entry points report "built without CUDA".
 #
-#   DETCONV_CUDA        ON (fail without nvcc) | OFF | AUTO (default: when nvcc is found)
+#   DETCONV_CUDA        ON (fail without nvcc) | OFF | AUTO (default: when nvcc is found
+#                       and a CUDA device is visible, for that device's architecture)
 #   DETCONV_CUDA_ARCHS  CMake CUDA_ARCHITECTURES list, e.g. "80;90" or "90-real;90-virtual"
 #                       or "native"; empty: the default list below. Also read from the
 #                       environment variable of the same name when the cache entry is empty.
@@ -21,6 +22,7 @@ elseif(_dc_cuda_mode MATCHES "^(OFF|FALSE|NO|0)$")
   set(_dc_cuda_mode OFF)
 endif()
 
+set(_dc_device_archs "")
 if(NOT _dc_cuda_mode STREQUAL "OFF")
   include(CheckLanguage)
   check_language(CUDA)
@@ -30,6 +32,26 @@ if(NOT _dc_cuda_mode STREQUAL "OFF")
     message(FATAL_ERROR "DETCONV_CUDA=ON but no CUDA compiler was found (put nvcc on PATH or set CUDACXX)")
   else()
     message(STATUS "detconv: no CUDA compiler found, building the CPU kernels only")
+  endif()
+  # AUTO builds GPU kernels only for a GPU this machine can run them on: the
+  # toolkit's __nvcc_device_query (what CMake's "native" uses) lists the
+  # visible devices' architectures and fails without a driver or device.
+  if(DETCONV_HAVE_CUDA AND _dc_cuda_mode STREQUAL "AUTO")
+    find_package(CUDAToolkit QUIET)
+    find_program(_dc_devq __nvcc_device_query HINTS "${CUDAToolkit_BIN_DIR}" "$ENV{CUDA_PATH}/bin" /usr/local/cuda/bin
+                 NO_CACHE)
+    if(_dc_devq)
+      execute_process(COMMAND "${_dc_devq}" OUTPUT_VARIABLE _dc_device_archs RESULT_VARIABLE _dc_devq_rc
+                      ERROR_QUIET OUTPUT_STRIP_TRAILING_WHITESPACE)
+      if(NOT _dc_devq_rc EQUAL 0)
+        set(_dc_device_archs "")
+      endif()
+    endif()
+    if(_dc_device_archs STREQUAL "")
+      set(DETCONV_HAVE_CUDA OFF)
+      message(STATUS "detconv: nvcc found but no CUDA device visible: building the CPU kernels only "
+                     "(DETCONV_CUDA=ON builds the GPU kernels anyway; DETCONV_CUDA_ARCHS=\"80;90\" picks architectures)")
+    endif()
   endif()
 endif()
 
@@ -44,6 +66,11 @@ if(DETCONV_HAVE_CUDA)
   set(_dc_archs "${DETCONV_CUDA_ARCHS}")
   if(_dc_archs STREQUAL "" AND DEFINED ENV{DETCONV_CUDA_ARCHS})
     set(_dc_archs "$ENV{DETCONV_CUDA_ARCHS}")
+  endif()
+  if(_dc_archs STREQUAL "" AND NOT _dc_device_archs STREQUAL "")
+    # AUTO with a visible GPU: that device's architecture(s) only, e.g. "90" -> "90-real"
+    string(REPLACE ";" "-real;" _dc_archs "${_dc_device_archs};")
+    string(REGEX REPLACE ";$" "" _dc_archs "${_dc_archs}")
   endif()
   if(_dc_archs STREQUAL "")
     # SASS for Turing..Hopper, plus compute_90 PTX that the driver JIT-compiles
