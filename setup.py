@@ -50,9 +50,9 @@ class CMakeBuild(build_ext):
         jobs = os.environ.get("DETCONV_BUILD_JOBS", str(os.cpu_count() or 2))
         subprocess.run(["cmake", "--build", str(build_dir), "--parallel", jobs], check=True)
         if self.inplace:
-            for so in out_dir.glob("*.so"):
+            for so in [*out_dir.glob("*.so"), out_dir / "_build_info.json"]:
                 target = ROOT / "detconv" / so.name
-                if so.resolve() != target.resolve():
+                if so.exists() and so.resolve() != target.resolve():
                     target.write_bytes(so.read_bytes())
 
 

@@ -82,6 +82,8 @@ if(DETCONV_HAVE_CUDA)
     endif()
   endif()
   message(STATUS "detconv: CUDA ${CMAKE_CUDA_COMPILER_VERSION} kernels for architectures ${_dc_archs}")
+  set(DETCONV_BUILT_CUDA_ARCHS "${_dc_archs}")
+  set(DETCONV_BUILT_CUDA_VERSION "${CMAKE_CUDA_COMPILER_VERSION}")
 
   add_library(detconv_gpu STATIC
     ${CMAKE_CURRENT_SOURCE_DIR}/cuda/fprop.cu

@@ -10,7 +10,9 @@ _USAGE = """detconv <command> [options]
 commands:
   demo    tf.nn.conv2d and detconv side by side on the seeds' scenarios (default)
   bench   time detconv against tf.nn.conv2d on ResNet-50/MobileNet layers (source checkout only)
-  info    versions, CPU kernel paths, GPUs
+  info    versions, CPU kernel paths, CUDA architectures, GPUs
+
+detconv --version   one line: version, order version, TensorFlow built for / running
 """
 
 
@@ -42,20 +44,46 @@ def info(argv):
     import detconv
     from detconv._loader import ops_library_path
 
+    from detconv import kernels
+    from detconv._loader import build_info
+
     gpus = tf.config.list_physical_devices("GPU")
+    built = build_info()
     rows = [
         ("detconv", detconv.__version__),
         ("order version", detconv.ORDER_VERSION),
         ("op library", ops_library_path()),
+        ("TensorFlow built for", built.get("tensorflow") or "unknown"),
+        ("TensorFlow running", f"{tf.__version__} (built with CUDA: {tf.test.is_built_with_cuda()})"),
         ("CPU paths", ", ".join(detconv.cpu_isa(supported=True))),
         ("active CPU path", detconv.cpu_isa()),
-        ("TensorFlow", f"{tf.__version__} (built with CUDA: {tf.test.is_built_with_cuda()})"),
-        ("GPUs", ", ".join(g.name for g in gpus) if gpus else "none"),
+        ("CUDA kernels", (f"CUDA {built.get('cuda_version')}, architectures " + ";".join(built.get("cuda_archs", [])))
+                         if built.get("cuda") else "not built"),
+        ("CUDA device visible", "yes" if kernels.cuda_available() else "no"),
+        ("TensorFlow GPUs", ", ".join(g.name for g in gpus) if gpus else "none"),
         ("python", sys.version.split()[0]),
     ]
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k.ljust(width)}  {v}")
+    return 0
+
+
+def version():
+    """One line: detconv, its order version, and the TensorFlow it was built for and runs with."""
+    import importlib.metadata
+
+    import detconv
+    from detconv._loader import build_info
+
+    try:
+        running = importlib.metadata.version("tensorflow")
+    except importlib.metadata.PackageNotFoundError:
+        running = "not installed"
+    built = build_info()
+    cuda = ("CUDA " + ";".join(built.get("cuda_archs", []))) if built.get("cuda") else "CPU only"
+    print(f"detconv {detconv.__version__} (order version {detconv.ORDER_VERSION}; built for TensorFlow "
+          f"{built.get('tensorflow') or 'unknown'}, running {running}; {cuda})")
     return 0
 
 
@@ -73,6 +101,8 @@ def main(argv=None):
     if argv and argv[0] in ("-h", "--help", "help"):
         print(_USAGE)
         return 0
+    if argv and argv[0] in ("-V", "--version"):
+        return version()
     command = argv.pop(0) if argv and not argv[0].startswith("-") else "demo"
     if command not in _COMMANDS:
         print(f"detconv: unknown command {command!r}\n\n{_USAGE}", file=sys.stderr)
