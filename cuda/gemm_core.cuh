@@ -85,6 +85,19 @@ inline bool aligned_quads(const void* p, int elem_bytes) {
 }
 
 // ------------------------------------------------------------ accumulators
+// kc (1..BK, uniform over the block) staged steps in ascending k; a short last
+// step takes a separate rolled loop, so the full step is one straight block.
+template <bool kPred, class Cfg, class Acc, class S>
+__device__ __forceinline__ void fold_steps(Acc& acc, const S* As, const S* Bs, int kc, int tm, int tn, unsigned live) {
+  if (kc == Cfg::BK) {
+#pragma unroll
+    for (int k = 0; k < Cfg::BK; ++k) acc.template step<kPred>(As + k * Cfg::LDA, Bs + k * Cfg::LDB, tm, tn, live);
+  } else {
+#pragma unroll 1
+    for (int k = 0; k < kc; ++k) acc.template step<kPred>(As + k * Cfg::LDA, Bs + k * Cfg::LDB, tm, tn, live);
+  }
+}
+
 // One thread's TM x TN accumulators. fold() consumes kc staged k steps in
 // ascending order; with kPred, row i is advanced only where bit i of `live`
 // is set (the input gradient's taps that reach no output are skipped, never
@@ -117,17 +130,9 @@ struct Accum {
     }
   }
 
-  // kc (1..BK, uniform over the block) staged steps; a short last step takes
-  // a separate rolled loop, so the full step is one straight block.
   template <bool kPred>
   __device__ __forceinline__ void fold(const S* As, const S* Bs, int kc, int tm, int tn, unsigned live) {
-    if (kc == Cfg::BK) {
-#pragma unroll
-      for (int k = 0; k < Cfg::BK; ++k) step<kPred>(As + k * Cfg::LDA, Bs + k * Cfg::LDB, tm, tn, live);
-    } else {
-#pragma unroll 1
-      for (int k = 0; k < kc; ++k) step<kPred>(As + k * Cfg::LDA, Bs + k * Cfg::LDB, tm, tn, live);
-    }
+    fold_steps<kPred, Cfg>(*this, As, Bs, kc, tm, tn, live);
   }
 };
 
@@ -167,17 +172,9 @@ struct Accum<Num, Cfg, true> {
     }
   }
 
-  // kc (1..BK, uniform over the block) staged steps; a short last step takes
-  // a separate rolled loop, so the full step is one straight block.
   template <bool kPred>
   __device__ __forceinline__ void fold(const S* As, const S* Bs, int kc, int tm, int tn, unsigned live) {
-    if (kc == Cfg::BK) {
-#pragma unroll
-      for (int k = 0; k < Cfg::BK; ++k) step<kPred>(As + k * Cfg::LDA, Bs + k * Cfg::LDB, tm, tn, live);
-    } else {
-#pragma unroll 1
-      for (int k = 0; k < kc; ++k) step<kPred>(As + k * Cfg::LDA, Bs + k * Cfg::LDB, tm, tn, live);
-    }
+    fold_steps<kPred, Cfg>(*this, As, Bs, kc, tm, tn, live);
   }
 };
 
