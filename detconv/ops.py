@@ -5,7 +5,9 @@ order, so its bits depend only on the input bits and the problem shape.
 """
 
 import ctypes
+import numbers
 
+import numpy as np
 import tensorflow as tf
 
 from detconv._loader import load_ops, ops_library_path
@@ -17,16 +19,37 @@ _ISAS = {"auto": -1, "scalar": 0, "avx2": 1, "avx512": 2}
 
 
 # ------------------------------------------------------------------ arguments
+def _invalid(message):
+    """The exception tf.nn raises for a bad value of a known argument."""
+    return tf.errors.InvalidArgumentError(None, None, message)
+
+
+def _int_value(v, name):
+    """One stride/dilation entry: ints of any kind (Python, NumPy) and integral floats, as tf.nn accepts them.
+
+    A non-integral float, which tf.nn silently truncates, is a ValueError here; strings are a TypeError.
+    """
+    if isinstance(v, (str, bytes)):
+        raise TypeError(f"{name}: expected integers, got the string {v!r}")
+    if isinstance(v, numbers.Integral):
+        return int(v)
+    if isinstance(v, numbers.Real):
+        if not float(v).is_integer():
+            raise ValueError(f"{name}: expected integers, got {v!r} (tf.nn would truncate it; detconv does not)")
+        return int(v)
+    raise TypeError(f"{name}: expected an int or a list of ints, got {v!r}")
+
+
 def _int_list(value, name):
-    if isinstance(value, int):
-        return [value]
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"{name}: expected an int or a list of ints, got the string {value!r}")
+    if isinstance(value, numbers.Number) or (hasattr(value, "ndim") and getattr(value, "ndim") == 0):
+        return [_int_value(value.item() if hasattr(value, "item") else value, name)]
     try:
-        out = [int(v) for v in value]
-    except (TypeError, ValueError):
+        items = list(value)
+    except TypeError:
         raise TypeError(f"{name}: expected an int or a list of ints, got {value!r}") from None
-    if any(not float(v).is_integer() for v in value):
-        raise TypeError(f"{name}: expected integers, got {value!r}")
-    return out
+    return [_int_value(v, name) for v in items]
 
 
 def _spatial(value, name, data_format, ndims=2, default=1):
@@ -53,9 +76,8 @@ def _padding(padding, data_format, ndims=2):
     """Returns (mode, explicit [lo, hi, ...] per spatial axis)."""
     if isinstance(padding, (str, bytes)):
         mode = padding.decode() if isinstance(padding, bytes) else padding
-        mode = mode.upper()
-        if mode not in ("SAME", "VALID"):
-            raise ValueError(f"padding: expected 'SAME', 'VALID' or a list of pairs, got {padding!r}")
+        if mode not in ("SAME", "VALID"):  # as tf.nn: the spelling is exact
+            raise _invalid(f"padding: expected 'SAME', 'VALID' or a list of pairs, got {padding!r}")
         return mode, []
     try:
         pairs = [[int(a), int(b)] for a, b in padding]
@@ -84,19 +106,36 @@ def _data_format(data_format, allowed, name="data_format"):
 
 
 def _tensors(named):
-    """Converts inputs to tensors of one supported floating dtype."""
-    out = []
+    """Converts inputs to tensors of one supported floating dtype, by tf.nn's rule: NumPy and Python values
+    take the dtype of the call's tensors (or, with no tensor, of its first array); two tensors of different
+    dtypes are an error."""
+    def is_tensor(v):
+        return isinstance(v, (tf.Tensor, tf.Variable))
+
     dtype = None
+    for name, value in named:  # the call's dtype: its first tensor's, else its first array's
+        if is_tensor(value):
+            dtype = tf.as_dtype(value.dtype)
+            break
+    if dtype is None:
+        for name, value in named:
+            if hasattr(value, "dtype"):
+                dtype = tf.as_dtype(np.dtype(value.dtype)) if not is_tensor(value) else value.dtype
+                break
+    out = []
     for name, value in named:
-        if isinstance(value, (tf.Tensor, tf.Variable)) or hasattr(value, "dtype"):
-            t = tf.convert_to_tensor(value)  # keeps its own dtype, so mismatches are reported
-        else:
-            t = tf.convert_to_tensor(value, dtype_hint=dtype)  # Python lists and scalars follow the input
+        if is_tensor(value) or dtype is None or not dtype.is_floating:
+            t = tf.convert_to_tensor(value)
+        elif hasattr(value, "dtype"):  # an array: converted exactly as tf.cast would
+            t = tf.convert_to_tensor(value)
+            if t.dtype.is_floating and t.dtype != dtype:
+                t = tf.cast(t, dtype)
+        else:  # Python lists and scalars follow the call's dtype
+            t = tf.convert_to_tensor(value, dtype_hint=dtype)
         if t.dtype not in _DTYPES:
             raise TypeError(f"{name}: dtype {t.dtype.name} is not supported (float16, bfloat16, float32, float64)")
-        if dtype is not None and t.dtype != dtype:
-            raise TypeError(f"{name}: dtype {t.dtype.name} does not match input's {dtype.name}")
-        dtype = t.dtype
+        if out and t.dtype != out[0].dtype:  # two tensors of different dtypes (tf.nn: InvalidArgumentError)
+            raise _invalid(f"{name}: dtype {t.dtype.name} does not match {named[0][0]}'s {out[0].dtype.name}")
         out.append(t)
     return out
 
@@ -122,6 +161,28 @@ def _conv_args(data_format, strides, dilations, padding):
     return data_format, st, dl, mode, explicit
 
 
+def _int64_sizes(sizes, name):
+    t = tf.convert_to_tensor(sizes)
+    if not t.dtype.is_integer:
+        raise TypeError(f"{name}: expected integers, got dtype {t.dtype.name}")
+    return tf.cast(t, tf.int64)
+
+
+def _checked_int32(sizes, name):
+    """int64 sizes -> the ops' int32, an InvalidArgumentError (not a wrap) past 2^31 - 1."""
+    static = tf.get_static_value(sizes)
+    if static is not None and (np.asarray(static) > np.iinfo(np.int32).max).any():
+        raise _invalid(f"{name}: sizes must be < 2^31, got {list(static)}")
+    return tf.cast(sizes, tf.int32)
+
+
+def _pad_arg(mode, explicit):
+    """The padding argument that _padding() turns back into (mode, explicit)."""
+    if mode != "EXPLICIT":
+        return mode
+    return [[explicit[i], explicit[i + 1]] for i in range(0, len(explicit), 2)]
+
+
 def _check_rank(t, rank, name):
     if t.shape.rank is not None and t.shape.rank != rank:
         raise ValueError(f"{name}: must be rank {rank}, got shape {t.shape}")
@@ -141,6 +202,12 @@ def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,
         named = [("input", input), ("filters", filters)] + ([("bias", bias)] if bias is not None else [])
         ts = _tensors(named)
         x, f = ts[0], ts[1]
+        if x.shape.rank is not None and x.shape.rank > 4:  # [..., H, W, C]: every leading dimension is batch
+            lead = tf.shape(x)[:-3]
+            y = conv2d(tf.reshape(x, tf.concat([[-1], tf.shape(x)[-3:]], 0)), f, st, _pad_arg(mode, explicit),
+                       data_format, dl, bias=ts[2] if bias is not None else None, accumulation=accumulation)
+            y = tf.reshape(y, tf.concat([lead, tf.shape(y)[1:]], 0))
+            return tf.ensure_shape(y, x.shape[:-3].concatenate([None, None, None]))
         _check_rank(x, 4, "input")
         _check_rank(f, 4, "filters")
         acc = _accumulation(accumulation, x.dtype)
@@ -166,7 +233,7 @@ def _check_static(x, f, st, dl, mode, data_format):
         if dim is not None and dim == 0:
             raise ValueError(f"filters: zero-size filter ({label} is 0)")
     if c is not None and c == 0:  # tf.nn: "grouped convolution must have at least one group"
-        raise tf.errors.InvalidArgumentError(None, None, "input: zero input channels (0 groups)")
+        raise _invalid("input: zero input channels (0 groups)")
     if c is not None and cg is not None:
         if c % cg != 0:
             raise ValueError(f"filters: input channels ({c}) must be a multiple of the filter's in-channels ({cg})")
@@ -185,11 +252,17 @@ def conv2d_backprop_input(input_sizes, filters, out_backprop, strides, padding, 
     """Deterministic input gradient (the contract's dx order); input_sizes in data_format order."""
     data_format, st, dl, mode, explicit = _conv_args(data_format, strides, dilations, padding)
     with tf.name_scope(name or "detconv_conv2d_backprop_input"):
-        f, dy = _tensors([("filters", filters), ("out_backprop", out_backprop)])
+        dy, f = _tensors([("out_backprop", out_backprop), ("filters", filters)])
         _check_rank(f, 4, "filters")
         _check_rank(dy, 4, "out_backprop")
         acc = _accumulation(accumulation, f.dtype)
-        sizes = tf.cast(tf.convert_to_tensor(input_sizes), tf.int32)
+        sizes = _int64_sizes(input_sizes, "input_sizes")
+        if sizes.shape.rank == 1 and sizes.shape[0] == 2:
+            # tf.nn also takes the spatial sizes alone: batch from out_backprop, channels from filters
+            n = tf.shape(dy, out_type=tf.int64)[0]
+            c = tf.shape(f, out_type=tf.int64)[2]
+            sizes = tf.stack([n, c, sizes[0], sizes[1]] if data_format == "NCHW" else [n, sizes[0], sizes[1], c])
+        sizes = _checked_int32(sizes, "input_sizes")
         return load_ops().det_conv_conv2d_backprop_input(sizes, f, dy, **_attrs(st, dl, mode, explicit, data_format, acc))
 
 
@@ -202,7 +275,7 @@ def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding, 
         _check_rank(x, 4, "input")
         _check_rank(dy, 4, "out_backprop")
         acc = _accumulation(accumulation, x.dtype)
-        sizes = tf.cast(tf.convert_to_tensor(filter_sizes), tf.int32)
+        sizes = _checked_int32(_int64_sizes(filter_sizes, "filter_sizes"), "filter_sizes")
         return load_ops().det_conv_conv2d_backprop_filter(x, sizes, dy, **_attrs(st, dl, mode, explicit, data_format, acc))
 
 
@@ -219,12 +292,20 @@ def bias_grad(out_backprop, data_format="NHWC", name=None, *, accumulation=None)
 def conv1d(input, filters, stride, padding, data_format="NWC", dilations=None, name=None, *, bias=None,
            accumulation=None):
     """Deterministic tf.nn.conv1d: a conv2d over a height-1 image."""
+    # tf.nn.conv1d still accepts the 2-D spellings of its two layouts.
+    data_format = {"NHWC": "NWC", "NCHW": "NCW"}.get(data_format, data_format)
     data_format = _data_format(data_format, ("NWC", "NCW"))
     st = _spatial(stride, "stride", data_format, ndims=1)
     dl = _spatial(dilations, "dilations", data_format, ndims=1)
     mode, explicit = _padding(padding, data_format, ndims=1)
     with tf.name_scope(name or "detconv_conv1d"):
         x, f = _tensors([("input", input), ("filters", filters)])
+        if x.shape.rank is not None and x.shape.rank > 3:  # [..., W, C]: every leading dimension is batch
+            lead = tf.shape(x)[:-2]
+            y = conv1d(tf.reshape(x, tf.concat([[-1], tf.shape(x)[-2:]], 0)), f, st, _pad_arg(mode, explicit),
+                       data_format, dl, bias=bias, accumulation=accumulation)
+            y = tf.reshape(y, tf.concat([lead, tf.shape(y)[1:]], 0))
+            return tf.ensure_shape(y, x.shape[:-2].concatenate([None, None]))
         _check_rank(x, 3, "input")
         _check_rank(f, 3, "filters")
         df2 = "NHWC" if data_format == "NWC" else "NCHW"

@@ -23,13 +23,13 @@ BAD = [
     ("unknown padding", dict(padding="FULL"), "padding"),
     ("negative explicit padding", dict(padding=[[0, 0], [1, -1], [0, 0], [0, 0]]), "padding"),
     ("padded batch", dict(padding=[[1, 0], [1, 1], [0, 0], [0, 0]]), "padding"),
-    ("mismatched dtypes", dict(filters=F.astype(np.float64)), "filters"),
+    ("mismatched tensor dtypes", dict(input=tf.constant(X), filters=tf.constant(F, tf.float64)), "filters"),
     ("integer dtype", dict(input=np.ones((1, 6, 6, 4), np.int32), filters=np.ones((3, 3, 4, 8), np.int32)), "input"),
     ("fp16 accumulation with fp32", dict(accumulation="float16"), "accumulation"),
     ("unknown accumulation", dict(accumulation="float8"), "accumulation"),
     ("out-channels not divisible by groups", dict(filters=np.ones((3, 3, 2, 7), np.float32)), "filters"),
     ("bias of wrong length", dict(bias=np.ones((7,), np.float32)), "bias"),
-    ("bias wrong dtype", dict(bias=np.ones((8,), np.float64)), "bias"),
+    ("bias tensor of another dtype", dict(input=tf.constant(X), bias=tf.ones((8,), tf.float64)), "bias"),
     ("unknown data_format", dict(data_format="NWHC"), "data_format"),
     ("zero-size filter", dict(filters=np.ones((0, 3, 4, 8), np.float32)), "filters"),
     ("zero out-channels", dict(filters=np.ones((3, 3, 4, 0), np.float32)), "filters"),
@@ -84,7 +84,7 @@ def test_other_entry_points_validate():
     with pytest.raises(ERRORS, match="filter"):
         detconv.depthwise_conv2d(X, np.ones((3, 3, 3, 2), np.float32), 1, "SAME")
     with pytest.raises(ERRORS, match="data_format"):
-        detconv.conv1d(np.ones((1, 6, 4), np.float32), np.ones((3, 4, 2), np.float32), 1, "SAME", "NHWC")
+        detconv.conv1d(np.ones((1, 6, 4), np.float32), np.ones((3, 4, 2), np.float32), 1, "SAME", "NWHC")
     with pytest.raises(ERRORS, match="stride"):
         detconv.conv1d(np.ones((1, 6, 4), np.float32), np.ones((3, 4, 2), np.float32), 0, "SAME")
 
