@@ -149,7 +149,7 @@ inline const char* check_launch(const char* where) {
 // extent small enough that 64-bit offsets cannot overflow.
 inline const char* check_problem(const ConvProblem& p) {
   if (p.N < 0 || p.D < 0 || p.H < 0 || p.W < 0 || p.C <= 0 || p.KD <= 0 || p.KH <= 0 || p.KW <= 0 || p.Cg <= 0 ||
-      p.Co <= 0)
+      p.Co < 0)
     return "detconv: invalid problem dimensions";
   if (p.G < 1 || p.G * p.Cg != p.C || p.Co % p.G != 0) return "detconv: invalid groups (problem not finalized?)";
   if (p.sh < 1 || p.sw < 1 || p.sd < 1 || p.dh < 1 || p.dw < 1 || p.dd < 1)

@@ -13,6 +13,7 @@ std::size_t wgrad_gpu_workspace_bytes(const ConvProblem& p) {
 
 const char* wgrad_gpu(const ConvProblem& p, const void* x, const void* dy, void* dw, void* workspace, void* stream) {
   if (const char* err = gpu::check_problem(p)) return err;
+  if (p.filter_elems() == 0) return nullptr;  // no output channel: nothing to write
   if (dw == nullptr) return "detconv wgrad_gpu: filter gradient is null";
   if (p.R() > 0 && (x == nullptr || dy == nullptr)) return "detconv wgrad_gpu: input or output gradient is null";
   gpu::DeviceGuard guard(static_cast<cudaStream_t>(stream));

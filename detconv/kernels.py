@@ -362,8 +362,8 @@ def _problem(x_nhwc, f_shape, strides, padding, dilations, data_format, dtype, a
     KH, KW, Cg, Co = (int(d) for d in f_shape)
     if min(N, H, W, C) < 0:
         raise ValueError(f"{x_name}: negative dimension in {x_nhwc}")
-    if min(KH, KW, Cg, Co) <= 0:
-        raise ValueError(f"{f_name}: every dimension must be positive, got {tuple(f_shape)}")
+    if min(KH, KW, Cg) <= 0 or Co < 0:
+        raise ValueError(f"{f_name}: spatial and in-channel dimensions must be positive, got {tuple(f_shape)}")
     if C == 0 or C % Cg != 0:
         raise ValueError(f"{f_name}: input channels ({C}) must be a positive multiple of the filter's "
                          f"in-channels ({Cg})")

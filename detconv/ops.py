@@ -92,8 +92,8 @@ def _padding(padding, data_format, ndims=2):
     elif len(pairs) != ndims:
         raise ValueError(f"padding: expected {ndims} or {ndims + 2} [before, after] pairs, got {pairs}")
     flat = [v for p in pairs for v in p]
-    if any(v < 0 for v in flat):
-        raise ValueError(f"padding: explicit padding must be >= 0, got {pairs}")
+    if any(v < 0 for v in flat):  # tf.nn: InvalidArgumentError
+        raise _invalid(f"padding: explicit padding must be >= 0, got {pairs}")
     return "EXPLICIT", flat
 
 
@@ -218,20 +218,20 @@ def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,
                 raise ValueError(f"bias: must have shape [{f.shape[3]}] (out-channels), got {b.shape}")
         else:
             b = tf.zeros([0], dtype=x.dtype)
-        _check_static(x, f, st, dl, mode, data_format)
+        _check_static(x, f, data_format)
         return load_ops().det_conv_conv2d(x, f, b, use_bias=bias is not None,
                                           **_attrs(st, dl, mode, explicit, data_format, acc))
 
 
-def _check_static(x, f, st, dl, mode, data_format):
+def _check_static(x, f, data_format):
     """Shape errors that can be seen before running, named by argument."""
     if x.shape.rank is None or f.shape.rank is None:
         return  # unknown rank: the kernel checks at run time
     c = x.shape[1] if data_format == "NCHW" else x.shape[3]
     kh, kw, cg, co = f.shape
-    for dim, label in ((kh, "height"), (kw, "width"), (cg, "in-channels"), (co, "out-channels")):
+    for dim, label in ((kh, "height"), (kw, "width"), (cg, "in-channels")):  # zero out-channels: empty output
         if dim is not None and dim == 0:
-            raise ValueError(f"filters: zero-size filter ({label} is 0)")
+            raise _invalid(f"filters: zero-size filter ({label} is 0)")
     if c is not None and c == 0:  # tf.nn: "grouped convolution must have at least one group"
         raise _invalid("input: zero input channels (0 groups)")
     if c is not None and cg is not None:
@@ -239,12 +239,6 @@ def _check_static(x, f, st, dl, mode, data_format):
             raise ValueError(f"filters: input channels ({c}) must be a multiple of the filter's in-channels ({cg})")
         if co is not None and co % (c // cg) != 0:
             raise ValueError(f"filters: out-channels ({co}) must be divisible by the number of groups ({c // cg})")
-    if mode == "VALID":
-        sizes = (x.shape[2], x.shape[3]) if data_format == "NCHW" else (x.shape[1], x.shape[2])
-        for size, k, d, label in ((sizes[0], kh, dl[0], "height"), (sizes[1], kw, dl[1], "width")):
-            if size is not None and k is not None and (k - 1) * d + 1 > size:
-                raise ValueError(f"filters: the (dilated) filter {label} {(k - 1) * d + 1} is larger than the "
-                                 f"VALID input {label} {size}")
 
 
 def conv2d_backprop_input(input_sizes, filters, out_backprop, strides, padding, data_format="NHWC", dilations=None,

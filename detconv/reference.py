@@ -259,6 +259,8 @@ def _pair(v, name):
 
 def _same_1d(n, k, s, d):
     out = -(-n // s)
+    if out == 0:  # an empty input stays empty
+        return 0, 0
     total = max((out - 1) * s + (k - 1) * d + 1 - n, 0)
     return total // 2, total - total // 2
 
@@ -296,9 +298,8 @@ def resolve_padding(H, W, KH, KW, strides, dilations, padding):
             raise ValueError(f"padding: explicit padding must be >= 0, got {padding!r}")
     hh = H + pt + pb - (KH - 1) * dh - 1
     ww = W + pl + pr - (KW - 1) * dw - 1
-    if hh < 0 or ww < 0:
-        raise ValueError("filters: the (dilated) filter is larger than the padded input")
-    return pt, pb, pl, pr, hh // sh + 1, ww // sw + 1
+    # a dilated filter larger than the padded input leaves no output (size 0, as tf.nn)
+    return pt, pb, pl, pr, (hh // sh + 1 if hh >= 0 else 0), (ww // sw + 1 if ww >= 0 else 0)
 
 
 def reduction_chunks(R, F):
@@ -325,8 +326,8 @@ class _Problem:
         self.KH, self.KW, self.Cg, self.Co = (int(v) for v in f_shape)
         if min(self.N, self.H, self.W, self.C) < 0:
             raise ValueError(f"{x_name}: negative dimension in {tuple(x_shape)}")
-        if min(self.KH, self.KW, self.Cg, self.Co) <= 0:
-            raise ValueError(f"{f_name}: every dimension must be positive, got {tuple(f_shape)}")
+        if min(self.KH, self.KW, self.Cg) <= 0 or self.Co < 0:
+            raise ValueError(f"{f_name}: spatial and in-channel dimensions must be positive, got {tuple(f_shape)}")
         if self.C % self.Cg != 0 or self.C == 0:
             raise ValueError(f"{f_name}: input channels ({self.C}) must be a positive multiple "
                              f"of the filter's in-channels ({self.Cg})")
@@ -484,7 +485,8 @@ def conv2d_backprop_filter(x, dy, filter_shape, strides=1, padding="VALID", dila
         raise ValueError(f"dy: expected shape {pr.y_shape} for this x and filter_shape, got {dy.shape}")
     _check_subnormals()
     R = pr.N * pr.OH * pr.OW
-    L, P = reduction_chunks(R, pr.KH * pr.KW * pr.Cg * pr.Co)
+    F = pr.KH * pr.KW * pr.Cg * pr.Co
+    L, P = reduction_chunks(R, F) if F > 0 else (0, 0)  # F = 0: no output channel, no dw
     if P == 0:
         return _round_out(acc.zeros(filter_shape), x.dtype)
     xp = pr.padded(_to_acc(x))

@@ -190,8 +190,8 @@ def test_argument_errors(rng):
         K.conv2d_backprop_input(rand(rng, (1, 3, 3, 6), "float32"), f, (1, 5, 5))
     with pytest.raises(ValueError, match="dy"):
         K.conv2d_backprop_filter(x, rand(rng, (1, 4, 4, 6), "float32"), f.shape)
-    with pytest.raises(ValueError, match="filters"):
-        K.conv2d(x, rand(rng, (7, 7, 4, 6), "float32"))
+    # a filter larger than the VALID input leaves an empty output (as tf.nn), no error
+    assert K.conv2d(x, rand(rng, (7, 7, 4, 6), "float32")).shape[1:3] == (0, 0)
     with pytest.raises(ValueError, match="threads"):
         K.conv2d(x, f, threads=0)
 
@@ -221,3 +221,19 @@ def test_import_without_tensorflow():
             "f = np.linspace(1, -1, 3 * 3 * 3 * 4, dtype=np.float32).reshape(3, 3, 3, 4) * 0.71\n"
             "assert (K.conv2d(x, f, 1, 'SAME').view(np.uint32) == ref.conv2d(x, f, 1, 'SAME').view(np.uint32)).all()\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
+
+
+def test_empty_outputs_match_the_reference(rng):
+    """No output channel, or a filter wider than the VALID input: empty outputs and +0 gradients, as tf.nn."""
+    x = rand(rng, (2, 4, 3, 4), "float32")
+    for f_shape, padding in (((2, 2, 2, 0), "SAME"), ((1, 5, 4, 6), "VALID")):
+        f = rand(rng, f_shape, "float32")
+        y = K.conv2d(x, f, padding=padding)
+        want = ref.conv2d(x, f, padding=padding)
+        assert y.shape == want.shape and 0 in y.shape
+        dy = rand(rng, want.shape, "float32")
+        assert_bits_equal(K.conv2d_backprop_input(dy, f, x.shape, padding=padding),
+                          ref.conv2d_backprop_input(dy, f, x.shape, padding=padding), "dx of an empty output")
+        assert_bits_equal(K.conv2d_backprop_filter(x, dy, f_shape, padding=padding),
+                          ref.conv2d_backprop_filter(x, dy, f_shape, padding=padding), "dw of an empty output")
+        assert_bits_equal(K.bias_grad(dy), ref.bias_grad(dy), "db of an empty output")

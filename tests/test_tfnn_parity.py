@@ -160,3 +160,31 @@ def test_randomized_argument_forms():
                 assert want.tobytes() == y.tobytes(), "values differ from detconv.reference"
         except AssertionError as e:
             raise AssertionError(f"case {case}: {fmt} x{tuple(x.shape)} f{f.shape} {args}: {e}") from None
+
+
+# Zero-size results, as TensorFlow's own CPU kernels give them (TF_ENABLE_ONEDNN_OPTS=0; the oneDNN path
+# returns wrong shapes for the first two): an empty output, and gradients of zeros.
+def test_zero_size_outputs():
+    x = rng.standard_normal((1, 1, 1, 2)).astype(np.float32)
+    y = detconv.conv2d(x, np.ones((1, 3, 2, 3), np.float32), [1, 2], "VALID")  # width 1, filter 3: no output
+    assert y.shape == (1, 1, 0, 3)
+    assert detconv.conv2d(np.ones((1, 0, 4, 2), np.float32), F[:, :, :2], 1, "SAME").shape == (1, 0, 4, 5)
+    assert detconv.conv2d(X, np.ones((2, 2, 4, 0), np.float32), 1, "SAME").shape == (2, 6, 7, 0)
+
+
+@pytest.mark.parametrize("dy_shape,f_shape,strides,padding", [
+    ((1, 1, 0, 1), (1, 3, 1, 1), [1, 2], "VALID"),  # no output column: dx is all +0
+    ((1, 4, 4, 0), (2, 2, 1, 0), 1, "SAME"),        # no output channel
+    ((0, 4, 4, 1), (2, 2, 1, 1), 1, "SAME"),        # no image
+])
+def test_zero_size_gradients(dy_shape, f_shape, strides, padding):
+    x_shape = (dy_shape[0], 1, 1, 1) if dy_shape[2] == 0 else (dy_shape[0], 4, 4, 1)
+    dy = np.ones(dy_shape, np.float32)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    dx = np.asarray(detconv.conv2d_backprop_input(list(x_shape), np.ones(f_shape, np.float32), dy, strides, padding))
+    dw = np.asarray(detconv.conv2d_backprop_filter(x, list(f_shape), dy, strides, padding))
+    assert dx.shape == x_shape and dw.shape == f_shape
+    assert not dx.view(np.uint32).any() and not dw.view(np.uint32).any()  # +0 everywhere
+    ref_dx = ref.conv2d_backprop_input(dy, np.ones(f_shape, np.float32), x_shape, tuple(np.broadcast_to(strides, 2)),
+                                       padding)
+    assert ref_dx.tobytes() == dx.tobytes()

@@ -219,6 +219,7 @@ void dgrad_cpu(const ConvProblem& p, const void* dy, const void* f, void* dx, co
 }
 
 void wgrad_cpu(const ConvProblem& p, const void* x, const void* dy, void* dw, const CpuExecutor& ex) {
+  if (p.filter_elems() == 0) return;
   with_kernels(p, [&](auto zero, const auto& k) {
     using A = decltype(zero);
     const auto xa = make_rows<A>(x, p.dtype, p.layout, p.N, p.H, p.W, p.C, ex);
@@ -228,6 +229,7 @@ void wgrad_cpu(const ConvProblem& p, const void* x, const void* dy, void* dw, co
 }
 
 void bgrad_cpu(const ConvProblem& p, const void* dy, void* db, const CpuExecutor& ex) {
+  if (p.Co == 0) return;
   with_kernels(p, [&](auto zero, const auto& k) {
     using A = decltype(zero);
     const auto da = make_rows<A>(dy, p.dtype, p.layout, p.N, p.OH, p.OW, p.Co, ex);

@@ -99,7 +99,7 @@ struct Chunks {
 DC_HD Chunks reduction_chunks(i64 R, i64 F) {
   Chunks c;
   c.R = R;
-  if (R <= 0) { c.L = 0; c.P = 0; return c; }  // dw = +0 everywhere
+  if (R <= 0 || F <= 0) { c.L = 0; c.P = 0; return c; }  // dw = +0 everywhere (or no dw at all)
   const i64 a = ((i64(1) << 22) + F - 1) / F, b = (R + 63) / 64;
   i64 p0 = a < b ? a : b;
   if (p0 < 1) p0 = 1;

@@ -116,18 +116,24 @@ inline std::string resolve_dim(Padding mode, i64 size, i64 k, i64 stride, i64 di
   if (mode == Padding::kValid) {
     *pad_lo = *pad_hi = 0;
   } else if (mode == Padding::kSame) {
-    const i64 o = size / stride + (size % stride != 0);  // ceil(size / stride)
-    i64 t;
-    if (!mul(o > 0 ? o - 1 : 0, stride, &t) || !add(t, ek, &t)) return "strides: the padded extent overflows";
-    t -= size;  // t >= ek - size > -2^63
-    if (t < 0) t = 0;
+    const i64 o = size / stride + (size % stride != 0);  // ceil(size / stride): SAME's output size
+    i64 t = 0;
+    if (o > 0) {
+      if (!mul(o - 1, stride, &t) || !add(t, ek, &t)) return "strides: the padded extent overflows";
+      t -= size;  // t >= ek - size > -2^63
+      if (t < 0) t = 0;
+    }
     *pad_lo = t / 2;
     *pad_hi = t - *pad_lo;
+    if (o == 0) {  // an empty input stays empty
+      *out = 0;
+      return std::string();
+    }
   }
   i64 span;
   if (!add(size, *pad_lo, &span) || !add(span, *pad_hi, &span)) return "padding: the padded size overflows";
-  if (span < ek) return "filters: the (dilated) filter is larger than the padded input";
-  *out = (span - ek) / stride + 1;
+  // A dilated filter larger than the padded input leaves no output (size 0, as tf.nn).
+  *out = span < ek ? 0 : (span - ek) / stride + 1;
   return std::string();
 }
 }  // namespace problem_detail
@@ -139,8 +145,8 @@ inline std::string resolve_dim(Padding mode, i64 size, i64 k, i64 stride, i64 di
 inline std::string finalize_problem(ConvProblem& p, Padding mode) {
   using namespace problem_detail;
   if (p.N < 0 || p.D < 0 || p.H < 0 || p.W < 0 || p.C < 0) return "input: negative dimension";
-  if (p.KD <= 0 || p.KH <= 0 || p.KW <= 0 || p.Cg <= 0 || p.Co <= 0)
-    return "filters: every dimension must be positive (got a zero-size filter)";
+  if (p.KD <= 0 || p.KH <= 0 || p.KW <= 0 || p.Cg <= 0 || p.Co < 0)
+    return "filters: spatial and in-channel dimensions must be positive (got a zero-size filter)";
   if (p.sh < 1 || p.sw < 1 || p.sd < 1) return "strides: must be >= 1";
   if (p.dh < 1 || p.dw < 1 || p.dd < 1) return "dilations: must be >= 1";
   if (p.C % p.Cg != 0)

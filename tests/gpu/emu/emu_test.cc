@@ -309,6 +309,17 @@ int main(int argc, char** argv) {
     r.N = 2; r.H = 7; r.W = 5; r.C = 3; r.KH = 2; r.KW = 2; r.Cg = 3; r.Co = 2; r.sh = 4; r.sw = 3;
     finalize_problem(r, Padding::kValid);
     bad += run(r, true); ++done;
+    // empty outputs: no output channel; a filter wider than the VALID input (dx is +0 everywhere)
+    for (int layout = 0; layout < 2; ++layout) {
+      ConvProblem e;
+      e.N = 2; e.H = 4; e.W = 3; e.C = 6; e.KH = 2; e.KW = 2; e.Cg = 3; e.Co = 0; e.layout = Layout(layout);
+      if (!finalize_problem(e, Padding::kSame).empty()) { std::printf("edge case rejected\n"); ++bad; }
+      bad += run(e, true); ++done;
+      ConvProblem w;
+      w.N = 2; w.H = 4; w.W = 2; w.C = 4; w.KH = 1; w.KW = 5; w.Cg = 4; w.Co = 8; w.layout = Layout(layout);
+      if (!finalize_problem(w, Padding::kValid).empty() || w.OW != 0) { std::printf("edge case OW\n"); ++bad; }
+      bad += run(w, true); ++done;
+    }
   }
   // bias gradient of an output-shaped-only problem, as the TensorFlow op builds it
   for (int layout = 0; layout < 2; ++layout) {
