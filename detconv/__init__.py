@@ -8,6 +8,7 @@ import without TensorFlow.
 """
 
 import importlib
+import importlib.util
 import sys
 
 ORDER_VERSION = 1
@@ -42,10 +43,44 @@ def __dir__():
     return sorted(set(globals()) | set(__all__))
 
 
-# With TensorFlow already in the process (the usual case), register the ops at
-# import: `import detconv` is then enough to load a SavedModel that uses them.
-if sys.modules.get("tensorflow") is not None:
+# `import detconv` is enough to load a SavedModel or a .keras file that uses
+# detconv, whatever the import order: with TensorFlow (Keras) already in the
+# process the ops (layers) register now; otherwise right after TensorFlow
+# (Keras) finishes importing.
+_AFTER_IMPORT = {"tensorflow": "detconv.ops", "keras": "detconv.keras"}
+
+
+def _register(module_name):
     try:
-        importlib.import_module("detconv.ops")
+        importlib.import_module(module_name)
     except ImportError:  # library not built (source checkout): reference/kernels still import; ops raise on use
         pass
+
+
+class _RegisterAfterImport:
+    """A meta-path finder that runs _register(...) once its framework module has been executed."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in _AFTER_IMPORT or name in _pending_done:
+            return None
+        _pending_done.add(name)
+        spec = importlib.util.find_spec(name)  # the real spec (this finder skips names it has handled)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader_exec = spec.loader.exec_module
+
+        def exec_module(module, _exec=loader_exec, _name=name):
+            _exec(module)
+            _register(_AFTER_IMPORT[_name])
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+_pending_done = set()
+for _framework, _module in _AFTER_IMPORT.items():
+    if sys.modules.get(_framework) is not None:
+        _pending_done.add(_framework)
+        _register(_module)
+if len(_pending_done) < len(_AFTER_IMPORT):
+    sys.meta_path.insert(0, _RegisterAfterImport())
