@@ -14,6 +14,11 @@ from detconv._loader import load_ops, ops_library_path
 
 load_ops()  # registers the DetConv> ops (and so their gradients below) with TensorFlow
 
+try:  # vectorized_map / jacobian through detconv's ops (TensorFlow's private pfor registry)
+    from detconv import _pfor  # noqa: F401
+except ImportError:  # pragma: no cover - a TensorFlow without it: pfor falls back to its while loop
+    pass
+
 _DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
 _ISAS = {"auto": -1, "scalar": 0, "avx2": 1, "avx512": 2}
 
