@@ -12,6 +12,7 @@
 // This file includes CUDA headers and csrc/detconv/* only: the kernels never
 // see TensorFlow or pybind11.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -160,11 +161,10 @@ inline const char* check_problem(const ConvProblem& p) {
                       p.sd, p.sh, p.sw, p.dd, p.dh, p.dw, p.pf, p.pt, p.pl};
   for (i64 d : dims)
     if (d >= lim || d < 0) return "detconv: a dimension, stride, dilation or padding exceeds 2^31";
-  // Element counts and every offset the kernels form stay below 2^62.
-  const double big = double(i64(1) << 62);
-  if (double(p.N) * double(p.C) * double(p.D) * double(p.H) * double(p.W) >= big ||
-      double(p.N) * double(p.Co) * double(p.OD) * double(p.OH) * double(p.OW) >= big ||
-      double(p.KD) * double(p.KH) * double(p.KW) * double(p.Cg) * double(p.Co) >= big)
+  // Element counts (and so every offset the kernels form) within finalize_problem's bound.
+  i64 n;
+  if (!problem_detail::count({p.N, p.C, p.D, p.H, p.W}, &n) || !problem_detail::count({p.N, p.Co, p.OD, p.OH, p.OW}, &n) ||
+      !problem_detail::count({p.KD, p.KH, p.KW, p.Cg, p.Co}, &n))
     return "detconv: tensor too large";
   return nullptr;
 }
@@ -225,8 +225,8 @@ inline const char* check_bgrad_problem(const ConvProblem& p) {
   if (p.N < 0 || p.OD < 0 || p.OH < 0 || p.OW < 0 || p.Co < 0) return "detconv: invalid problem dimensions";
   const i64 lim = i64(1) << 31;
   if (p.N >= lim || p.OD >= lim || p.OH >= lim || p.OW >= lim || p.Co >= lim) return "detconv: a dimension exceeds 2^31";
-  if (double(p.N) * double(p.Co) * double(p.OD) * double(p.OH) * double(p.OW) >= double(i64(1) << 62))
-    return "detconv: tensor too large";
+  i64 n;
+  if (!problem_detail::count({p.N, p.Co, p.OD, p.OH, p.OW}, &n)) return "detconv: tensor too large";
   return nullptr;
 }
 
@@ -256,8 +256,8 @@ __host__ __device__ __forceinline__ i64 ceil_div(i64 a, i64 b) { return (a + b -
 // Index arithmetic. Kernels are compiled twice: with I = int when every
 // coordinate, index and element count of the problem fits (fits_int32: all
 // real layers; divisions are then short 32-bit sequences, no 64-bit division
-// calls, half the registers), and with I = i64 for the rest. Memory offsets
-// are always formed in 64 bits.
+// calls, half the registers), and with I = i64 for the rest. Offsets into a
+// tensor are formed in I too (StridesI): with I = int every one fits.
 inline bool fits_int32(const ConvProblem& p) {
   const double lim = double(1 << 30);
   auto span = [](i64 size, i64 k, i64 dil, i64 pa, i64 pb, i64 out, i64 stride) {
@@ -269,7 +269,11 @@ inline bool fits_int32(const ConvProblem& p) {
                          span(p.D, p.KD, p.dd, p.pf, p.pk, p.OD, p.sd),
                          span(p.H, p.KH, p.dh, p.pt, p.pb, p.OH, p.sh),
                          span(p.W, p.KW, p.dw, p.pl, p.pr, p.OW, p.sw),
-                         double(p.sd) * double(p.sh) * double(p.sw) * double(p.G) * double(p.N + 1) * double(p.C + 1)};
+                         // every GEMM tile count: pixel tiles (>= 64 pixels) x channel tiles (>= 32 columns,
+                         // so with the groups at most C + Co + 1) x stride phases
+                         (std::max(double(p.N) * double(p.D) * double(p.H) * double(p.W),
+                                   double(p.N) * double(p.OD) * double(p.OH) * double(p.OW)) / 64 + 1) *
+                             (double(p.C) + double(p.Co) + 1) * double(p.sd) * double(p.sh) * double(p.sw)};
   for (double v : vals)
     if (!(v < lim)) return false;
   return true;

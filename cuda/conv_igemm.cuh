@@ -67,8 +67,8 @@ struct FTap {
 // phase-grid coordinate 0 reaches through the tap (out = b + q).
 template <class I>
 struct DTapCursor {
-  I t, kd, kh, kw, o0, bd, bh, bw;
-  bool done;
+  I t = 0, kd = 0, kh = 0, kw = 0, o0 = 0, bd = 0, bh = 0, bw = 0;
+  bool done = false;
   __device__ __forceinline__ void first(const ConvProblem& p, I phd, I phh, I phw) {
     t = -1; kd = 0; kh = 0; kw = -1; o0 = 0; bd = bh = bw = 0;
     next_tap(p, phd, phh, phw);
@@ -303,15 +303,17 @@ igemm_kernel(const ConvProblem p, const IgemmGeo geo, const typename Num::T* __r
     // step ahead of the fold, whose step is described by kc and live.
     I kk = 0;
     DTapCursor<I> dc;
-    dc.first(p, phd, phh, phw);  // (unused by fprop)
+    if (kDgrad) dc.first(p, phd, phh, phw);
     const bool have = kDgrad ? !dc.done : kk < K;
+    // length of the step at the cursor (the last one, or a tap's last, may be short)
+    auto step_len = [&]() { return int(kDgrad ? min64(BK, Kg - dc.o0) : min64(BK, K - kk)); };
     if (have) {
       load(kk, dc);
       stage(0);
     }
     __syncthreads();
     int buf = 0;
-    int kc = int(kDgrad ? min64(BK, Kg - dc.o0) : min64(BK, K - kk));
+    int kc = step_len();
     I live_tap = dc.t;
     unsigned live = kDgrad && have ? live_rows(dc) : ~0u;
     while (have) {
@@ -331,7 +333,7 @@ igemm_kernel(const ConvProblem p, const IgemmGeo geo, const typename Num::T* __r
       else
         acc.template fold<true>(sm.a[buf], sm.b[buf], kc, tm, tn, live);
       if (!more) break;
-      kc = int(kDgrad ? min64(BK, Kg - dc.o0) : min64(BK, K - kk));
+      kc = step_len();
       if (kDgrad && dc.t != live_tap) {
         live_tap = dc.t;
         live = live_rows(dc);

@@ -117,16 +117,9 @@ def _tensors(named):
     def is_tensor(v):
         return isinstance(v, (tf.Tensor, tf.Variable))
 
-    dtype = None
-    for name, value in named:  # the call's dtype: its first tensor's, else its first array's
-        if is_tensor(value):
-            dtype = tf.as_dtype(value.dtype)
-            break
-    if dtype is None:
-        for name, value in named:
-            if hasattr(value, "dtype"):
-                dtype = tf.as_dtype(np.dtype(value.dtype)) if not is_tensor(value) else value.dtype
-                break
+    # the call's dtype: its first tensor's, else its first array's
+    typed = [v for _, v in named if is_tensor(v)] or [v for _, v in named if hasattr(v, "dtype")]
+    dtype = tf.as_dtype(typed[0].dtype if is_tensor(typed[0]) else np.dtype(typed[0].dtype)) if typed else None
     out = []
     for name, value in named:
         if is_tensor(value) or dtype is None or not dtype.is_floating:

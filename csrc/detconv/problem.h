@@ -82,7 +82,6 @@ struct ConvProblem {
   DC_HD i64 y_elems() const { return N * OD * OH * OW * Co; }
   DC_HD Strides4 x_strides() const { return make_strides(layout, D, H, W, C); }
   DC_HD Strides4 y_strides() const { return make_strides(layout, OD, OH, OW, Co); }
-  DC_HD bool is_2d() const { return D == 1 && KD == 1 && OD == 1 && sd == 1 && dd == 1 && pf == 0 && pk == 0; }
   // Filter (D)HWIO offset.
   DC_HD i64 f_at(i64 kh, i64 kw, i64 i, i64 o) const { return ((kh * KW + kw) * Cg + i) * Co + o; }
   DC_HD i64 f_at5(i64 kd, i64 kh, i64 kw, i64 i, i64 o) const { return (((kd * KH + kh) * KW + kw) * Cg + i) * Co + o; }
@@ -94,10 +93,9 @@ struct ConvProblem {
 constexpr i64 kMaxElements = i64(1) << 56;
 
 namespace problem_detail {
-// a*b, a+b and a-b that report overflow instead of wrapping.
+// a*b and a+b that report overflow instead of wrapping.
 inline bool mul(i64 a, i64 b, i64* out) { return !__builtin_mul_overflow(a, b, out); }
 inline bool add(i64 a, i64 b, i64* out) { return !__builtin_add_overflow(a, b, out); }
-inline bool sub(i64 a, i64 b, i64* out) { return !__builtin_sub_overflow(a, b, out); }
 // a*b*...; false on overflow or past kMaxElements.
 inline bool count(std::initializer_list<i64> dims, i64* out) {
   i64 n = 1;

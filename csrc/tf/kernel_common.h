@@ -104,15 +104,12 @@ inline absl::Status shape_from_vector(const Tensor& t, const char* name, TensorS
   if (t.dims() != 1 || t.NumElements() != 4)
     return absl::InvalidArgumentError(std::string(name) + ": must be a vector of 4 int32 values");
   auto v = t.flat<int32_t>();
-  int64_t dims[4];
-  int64_t n = 1;
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 4; ++i)
     if (v(i) < 0) return absl::InvalidArgumentError(std::string(name) + ": sizes must be >= 0");
-    dims[i] = v(i);
-    if (__builtin_mul_overflow(n, dims[i], &n) || n > detconv::kMaxElements)
-      return absl::InvalidArgumentError(std::string(name) + ": the shape has too many elements");
-  }
-  return TensorShape::BuildTensorShape(absl::Span<const int64_t>(dims, 4), out);
+  int64_t n;
+  if (!detconv::problem_detail::count({v(0), v(1), v(2), v(3)}, &n))
+    return absl::InvalidArgumentError(std::string(name) + ": the shape has too many elements");
+  return TensorShape::BuildTensorShape({v(0), v(1), v(2), v(3)}, out);
 }
 
 inline absl::Status same_dtype(const Tensor& a, const Tensor& b, const char* name) {
