@@ -25,6 +25,8 @@ _TF_API = {
     "set_cpu_isa": "detconv.ops",
     "cpu_isa": "detconv.ops",
     "cpu_fma_peak_gflops": "detconv.ops",
+    "InvalidArgumentValue": "detconv.ops",
+    "InvalidArgumentType": "detconv.ops",
 }
 _SUBMODULES = ("ops", "keras", "reference", "kernels", "demo")
 

@@ -5,6 +5,7 @@ order, so its bits depend only on the input bits and the problem shape.
 """
 
 import ctypes
+import functools
 import numbers
 
 import numpy as np
@@ -24,9 +25,42 @@ _ISAS = {"auto": -1, "scalar": 0, "avx2": 1, "avx512": 2}
 
 
 # ------------------------------------------------------------------ arguments
+class InvalidArgumentValue(tf.errors.InvalidArgumentError, ValueError):
+    """A bad argument value. tf.nn reports one as InvalidArgumentError when its kernel sees it and as ValueError
+    when its Python or shape functions do (which one depends on eager vs traced and on the argument); this class
+    is both, so code written for tf.nn catches it either way (as NumPy's AxisError is both ValueError and
+    IndexError)."""
+
+    def __init__(self, message):
+        super().__init__(None, None, message)
+
+
+class InvalidArgumentType(tf.errors.InvalidArgumentError, TypeError):
+    """A bad argument type (a string stride, integer tensors); both InvalidArgumentError and TypeError."""
+
+    def __init__(self, message):
+        super().__init__(None, None, message)
+
+
 def _invalid(message):
     """The exception tf.nn raises for a bad value of a known argument."""
-    return tf.errors.InvalidArgumentError(None, None, message)
+    return InvalidArgumentValue(message)
+
+
+def _tf_nn_errors(fn):
+    """Argument errors of a public op leave as InvalidArgumentValue / InvalidArgumentType (see there); errors a
+    running kernel raises (already InvalidArgumentError) pass unchanged."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except tf.errors.OpError:
+            raise
+        except ValueError as e:
+            raise InvalidArgumentValue(str(e)).with_traceback(e.__traceback__) from None
+        except TypeError as e:
+            raise InvalidArgumentType(str(e)).with_traceback(e.__traceback__) from None
+    return wrapper
 
 
 def _int_value(v, name):
@@ -192,6 +226,7 @@ def _attrs(strides, dilations, mode, explicit, data_format, accumulation):
 
 
 # ------------------------------------------------------------------ public API
+@_tf_nn_errors
 def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None, name=None, *, bias=None,
            accumulation=None):
     """Deterministic tf.nn.conv2d with an optional fused bias (one add before the single rounding)."""
@@ -239,6 +274,7 @@ def _check_static(x, f, data_format):
             raise ValueError(f"filters: out-channels ({co}) must be divisible by the number of groups ({c // cg})")
 
 
+@_tf_nn_errors
 def conv2d_backprop_input(input_sizes, filters, out_backprop, strides, padding, data_format="NHWC", dilations=None,
                           name=None, *, accumulation=None):
     """Deterministic input gradient (the contract's dx order); input_sizes in data_format order."""
@@ -258,6 +294,7 @@ def conv2d_backprop_input(input_sizes, filters, out_backprop, strides, padding, 
         return load_ops().det_conv_conv2d_backprop_input(sizes, f, dy, **_attrs(st, dl, mode, explicit, data_format, acc))
 
 
+@_tf_nn_errors
 def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding, data_format="NHWC", dilations=None,
                            name=None, *, accumulation=None):
     """Deterministic filter gradient (shape-only chunks, no atomics); filter_sizes HWIO."""
@@ -268,9 +305,13 @@ def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding, 
         _check_rank(dy, 4, "out_backprop")
         acc = _accumulation(accumulation, x.dtype)
         sizes = _checked_int32(_int64_sizes(filter_sizes, "filter_sizes"), "filter_sizes")
+        static = tf.get_static_value(sizes)
+        if static is not None and np.ndim(static) == 1 and len(static) == 4 and min(static) == 0:
+            return tf.zeros(static, x.dtype)  # an empty filter has an empty gradient (as tf.nn)
         return load_ops().det_conv_conv2d_backprop_filter(x, sizes, dy, **_attrs(st, dl, mode, explicit, data_format, acc))
 
 
+@_tf_nn_errors
 def bias_grad(out_backprop, data_format="NHWC", name=None, *, accumulation=None):
     """Deterministic bias gradient: dy summed over n, h, w in the contract's chunk order."""
     data_format = _data_format(data_format, ("NHWC", "NCHW"))
@@ -281,6 +322,7 @@ def bias_grad(out_backprop, data_format="NHWC", name=None, *, accumulation=None)
         return load_ops().det_conv_bias_grad(dy, data_format=data_format, accumulation=acc)
 
 
+@_tf_nn_errors
 def conv1d(input, filters, stride, padding, data_format="NWC", dilations=None, name=None, *, bias=None,
            accumulation=None):
     """Deterministic tf.nn.conv1d: a conv2d over a height-1 image."""
@@ -307,6 +349,7 @@ def conv1d(input, filters, stride, padding, data_format="NWC", dilations=None, n
         return tf.squeeze(y, 1 if df2 == "NHWC" else 2)
 
 
+@_tf_nn_errors
 def depthwise_conv2d(input, filter, strides, padding, data_format=None, dilations=None, name=None, *, bias=None,
                      accumulation=None):
     """Deterministic tf.nn.depthwise_conv2d: filter [KH, KW, C, M], output channel c*M + m (groups = C)."""
@@ -326,6 +369,7 @@ def depthwise_conv2d(input, filter, strides, padding, data_format=None, dilation
         return conv2d(x, f_hwio, strides, padding, data_format, dilations, bias=bias, accumulation=accumulation)
 
 
+@_tf_nn_errors
 def conv2d_transpose(input, filters, output_shape, strides, padding="SAME", data_format="NHWC", dilations=None,
                      name=None, *, accumulation=None):
     """Deterministic tf.nn.conv2d_transpose; its result follows the contract's input-gradient order."""

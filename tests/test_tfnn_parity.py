@@ -188,3 +188,154 @@ def test_zero_size_gradients(dy_shape, f_shape, strides, padding):
     ref_dx = ref.conv2d_backprop_input(dy, np.ones(f_shape, np.float32), x_shape, tuple(np.broadcast_to(strides, 2)),
                                        padding)
     assert ref_dx.tobytes() == dx.tobytes()
+
+
+# ---------------------------------------------------------------- bad calls, every entry point
+# Each call is run through tf.nn (TensorFlow's own kernels, TF_ENABLE_ONEDNN_OPTS=0, in a child process: the
+# oneDNN kernels raise other classes, AbortedError among them, and abort the process on some) and through
+# detconv; detconv must raise an instance of the class tf.nn raised. `nn` is tf.nn or detconv; `bi`, `bf` are
+# the backprop functions (tf.compat.v1.nn's for TensorFlow).
+BAD_CALL_SETUP = """
+import numpy as np
+r = np.random.default_rng(1)
+X = r.standard_normal((1, 6, 6, 4)).astype('f4'); F = r.standard_normal((3, 3, 4, 8)).astype('f4')
+DW = r.standard_normal((3, 3, 4, 2)).astype('f4'); DY = r.standard_normal((1, 6, 6, 8)).astype('f4')
+X1, F1 = X[0], F[0]
+"""
+BAD_CALLS = [
+    ("depthwise channel mismatch", "nn.depthwise_conv2d(X, DW[:, :, :3], [1, 1, 1, 1], 'SAME')"),
+    ("depthwise rank-3 filter", "nn.depthwise_conv2d(X, DW[0], [1, 1, 1, 1], 'SAME')"),
+    ("depthwise rank-5 input", "nn.depthwise_conv2d(X[None], DW, [1, 1, 1, 1], 'SAME')"),
+    ("depthwise unknown padding", "nn.depthwise_conv2d(X, DW, [1, 1, 1, 1], 'FULL')"),
+    ("depthwise negative padding", "nn.depthwise_conv2d(X, DW, [1, 1, 1, 1], [[0, 0], [1, -1], [0, 0], [0, 0]])"),
+    ("depthwise zero dilation", "nn.depthwise_conv2d(X, DW, [1, 1, 1, 1], 'SAME', dilations=[0, 1])"),
+    ("depthwise unknown data_format", "nn.depthwise_conv2d(X, DW, [1, 1, 1, 1], 'SAME', data_format='NWHC')"),
+    ("depthwise integer tensors", "nn.depthwise_conv2d(X.astype('i4'), DW.astype('i4'), [1, 1, 1, 1], 'SAME')"),
+    ("transpose output_shape disagrees", "nn.conv2d_transpose(DY, F, [1, 9, 9, 4], 1, 'SAME')"),
+    ("transpose output_shape rank 3", "nn.conv2d_transpose(DY, F, [1, 6, 4], 1, 'SAME')"),
+    ("transpose output channels", "nn.conv2d_transpose(DY, F, [1, 6, 6, 5], 1, 'SAME')"),
+    ("transpose input channels", "nn.conv2d_transpose(DY[..., :3], F, [1, 6, 6, 4], 1, 'SAME')"),
+    ("transpose float output_shape", "nn.conv2d_transpose(DY, F, [1., 6., 6., 4.], 1, 'SAME')"),
+    ("transpose negative output_shape", "nn.conv2d_transpose(DY, F, [1, -6, 6, 4], 1, 'SAME')"),
+    ("transpose unknown padding", "nn.conv2d_transpose(DY, F, [1, 6, 6, 4], 1, 'FULL')"),
+    ("transpose negative padding", "nn.conv2d_transpose(DY, F, [1, 6, 6, 4], 1, [[0, 0], [2, -2], [1, 1], [0, 0]])"),
+    ("transpose zero stride", "nn.conv2d_transpose(DY, F, [1, 6, 6, 4], 0, 'SAME')"),
+    ("transpose rank-3 input", "nn.conv2d_transpose(DY[0], F, [1, 6, 6, 4], 1, 'SAME')"),
+    ("transpose unknown data_format", "nn.conv2d_transpose(DY, F, [1, 6, 6, 4], 1, 'SAME', data_format='NWHC')"),
+    ("backprop_input sizes disagree", "bi([1, 7, 6, 4], F, DY, [1, 1, 1, 1], 'SAME')"),
+    ("backprop_input zero stride", "bi([1, 6, 6, 4], F, DY, [1, 0, 1, 1], 'SAME')"),
+    ("backprop_input float sizes", "bi(tf.constant([1., 6., 6., 4.]), F, DY, [1, 1, 1, 1], 'SAME')"),
+    ("backprop_input negative sizes", "bi([1, -6, 6, 4], F, DY, [1, 1, 1, 1], 'SAME')"),
+    ("backprop_input negative padding", "bi([1, 6, 6, 4], F, DY, [1, 1, 1, 1], [[0, 0], [1, -1], [1, 1], [0, 0]])"),
+    ("backprop_input rank-3 filter", "bi([1, 6, 6, 4], F[0], DY, [1, 1, 1, 1], 'SAME')"),
+    ("backprop_input dtypes differ", "bi([1, 6, 6, 4], tf.constant(F, tf.float64), tf.constant(DY), [1, 1, 1, 1], 'SAME')"),
+    ("backprop_input batch disagrees", "bi([2, 6, 6, 4], F, DY, [1, 1, 1, 1], 'SAME')"),
+    ("backprop_filter sizes disagree", "bf(X, [3, 3, 4, 7], DY, [1, 1, 1, 1], 'SAME')"),
+    ("backprop_filter in-channels", "bf(X, [3, 3, 3, 8], DY, [1, 1, 1, 1], 'SAME')"),
+    ("backprop_filter out_backprop size", "bf(X, [3, 3, 4, 8], DY[:, :5], [1, 1, 1, 1], 'SAME')"),
+    ("backprop_filter negative padding", "bf(X, [3, 3, 4, 8], DY, [1, 1, 1, 1], [[0, 0], [1, -1], [1, 1], [0, 0]])"),
+    ("backprop_filter float sizes", "bf(X, tf.constant([3., 3., 4., 8.]), DY, [1, 1, 1, 1], 'SAME')"),
+    ("backprop_filter negative sizes", "bf(X, [3, -3, 4, 8], DY, [1, 1, 1, 1], 'SAME')"),
+    ("backprop_filter batch disagrees", "bf(X, [3, 3, 4, 8], np.concatenate([DY, DY]), [1, 1, 1, 1], 'SAME')"),
+    ("backprop_filter rank-3 input", "bf(X[0], [3, 3, 4, 8], DY, [1, 1, 1, 1], 'SAME')"),
+    ("conv1d zero stride", "nn.conv1d(X1, F1, 0, 'SAME')"),
+    ("conv1d channel mismatch", "nn.conv1d(X1, F1[:, :3], 1, 'SAME')"),
+    ("conv1d rank-4 filter", "nn.conv1d(X1, F, 1, 'SAME')"),
+    ("conv1d unknown padding", "nn.conv1d(X1, F1, 1, 'FULL')"),
+    ("conv1d unknown data_format", "nn.conv1d(X1, F1, 1, 'SAME', data_format='NHCW')"),
+    ("conv1d rank-2 input", "nn.conv1d(X1[0], F1, 1, 'SAME')"),
+    ("conv2d channel mismatch", "nn.conv2d(X, F[:, :, :3], 1, 'SAME')"),
+    ("conv2d zero stride", "nn.conv2d(X, F, 0, 'SAME')"),
+    ("conv2d negative padding", "nn.conv2d(X, F, 1, [[0, 0], [1, -1], [0, 0], [0, 0]])"),
+    ("conv2d unknown data_format", "nn.conv2d(X, F, 1, 'SAME', data_format='NWHC')"),
+    ("conv2d integer tensors", "nn.conv2d(tf.constant(X.astype('f8')), tf.constant(F.astype('i4')), 1, 'SAME')"),
+    # calls tf.nn accepts, as controls: the same outcome (shape) from both
+    ("depthwise zero multiplier", "nn.depthwise_conv2d(X, DW[..., :0], [1, 1, 1, 1], 'SAME')"),
+    ("backprop_filter zero-size filter", "bf(X, [0, 3, 4, 8], DY, [1, 1, 1, 1], 'SAME')"),
+    ("transpose explicit padding", "nn.conv2d_transpose(DY, F, [1, 8, 8, 4], 1, [[0, 0], [0, 0], [0, 0], [0, 0]])"),
+]
+
+# Calls tf.nn rejects and detconv accepts on purpose: limits of TensorFlow's CPU kernels, not bad arguments
+# (detconv computes them in the contract's order; the values are checked against detconv.reference elsewhere).
+SUPERSET = [
+    ("depthwise int strides", "nn.depthwise_conv2d(X, DW, 1, 'SAME')", "tf.nn wants a 4-list"),
+    ("depthwise unequal strides", "nn.depthwise_conv2d(X, DW, [1, 2, 1, 1], 'SAME')", "equal strides only"),
+    ("transpose dilations", "nn.conv2d_transpose(DY, F, [1, 6, 6, 4], 1, 'SAME', dilations=2)", "no CPU dilations"),
+    ("grouped backprop_filter", "bf(X, [3, 3, 2, 8], DY, [1, 1, 1, 1], 'SAME')", "no grouped CPU kernel"),
+    ("conv1d explicit padding", "nn.conv1d(X1, F1, 1, [[0, 0], [1, 1], [0, 0]])", "string padding only"),
+]
+
+
+def _tf_nn_outcomes(calls):
+    """{name: ("ok", shape) | ("error", class name)} from tf.nn's own kernels, in a child process."""
+    import json
+    import subprocess
+    import sys
+
+    from detconv._loader import child_python_kwargs
+
+    src = ("import json, sys, numpy as np, tensorflow as tf\n" + BAD_CALL_SETUP +
+           "nn, bi, bf = tf.nn, tf.compat.v1.nn.conv2d_backprop_input, tf.compat.v1.nn.conv2d_backprop_filter\n"
+           "out = {}\n"
+           "for name, call in json.load(sys.stdin):\n"
+           "    try:\n"
+           "        out[name] = ['ok', list(eval(call).shape)]\n"
+           "    except Exception as e:\n"
+           "        out[name] = ['error', type(e).__name__]\n"
+           "print('RESULT', json.dumps(out))\n")
+    kw = child_python_kwargs(log_level="3")
+    kw["env"]["TF_ENABLE_ONEDNN_OPTS"] = "0"
+    r = subprocess.run([sys.executable, "-c", src], input=json.dumps([c[:2] for c in calls]), capture_output=True,
+                       text=True, timeout=300, **kw)
+    assert r.returncode == 0, r.stderr[-2000:]
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    return {k: tuple(v) for k, v in json.loads(line[7:]).items()}
+
+
+@pytest.fixture(scope="module")
+def tf_nn_outcomes():
+    return _tf_nn_outcomes(BAD_CALLS + SUPERSET)
+
+
+def _detconv_outcome(call):
+    ns = {"np": np, "tf": tf, "nn": detconv, "bi": detconv.conv2d_backprop_input,
+          "bf": detconv.conv2d_backprop_filter}
+    exec(BAD_CALL_SETUP, ns)
+    try:
+        return ("ok", list(eval(call, ns).shape)), None
+    except Exception as e:  # noqa: BLE001 - the class is what is compared
+        return ("error", type(e).__name__), e
+
+
+def _error_class(name):
+    import builtins
+
+    return getattr(tf.errors, name, None) or getattr(builtins, name)
+
+
+@pytest.mark.parametrize("what,call", BAD_CALLS, ids=[c[0] for c in BAD_CALLS])
+def test_bad_calls_raise_tf_nn_class(what, call, tf_nn_outcomes):
+    want = tf_nn_outcomes[what]
+    got, err = _detconv_outcome(call)
+    if want[0] == "ok":
+        assert got == want, f"tf.nn: {want}, detconv: {got}"
+        return
+    assert err is not None, f"tf.nn raised {want[1]}, detconv returned {got}"
+    assert isinstance(err, _error_class(want[1])), f"tf.nn raised {want[1]}, detconv {type(err).__mro__}: {err}"
+
+
+@pytest.mark.parametrize("what,call,why", SUPERSET, ids=[c[0] for c in SUPERSET])
+def test_calls_only_detconv_accepts(what, call, why, tf_nn_outcomes):
+    assert tf_nn_outcomes[what][0] == "error", f"tf.nn now accepts it: drop it from SUPERSET ({why})"
+    got, err = _detconv_outcome(call)
+    assert err is None, f"{why}: detconv raised {err!r}"
+
+
+def test_argument_errors_are_both_classes():
+    """An argument error is an InvalidArgumentError and the Python class tf.nn raises while tracing."""
+    with pytest.raises(ValueError) as e:
+        detconv.conv2d(X, F, 0, "SAME")
+    assert isinstance(e.value, tf.errors.InvalidArgumentError) and "strides" in str(e.value)
+    with pytest.raises(TypeError) as e:
+        detconv.conv2d(X, F, "1", "SAME")
+    assert isinstance(e.value, tf.errors.InvalidArgumentError) and "strides" in str(e.value)
