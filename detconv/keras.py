@@ -17,6 +17,7 @@ custom ops; a detconv layer traced inside an XLA context (e.g. a
 ``tf.function(jit_compile=True)``) raises an error instead of running.
 """
 
+import inspect
 import warnings
 
 import keras
@@ -28,7 +29,8 @@ from detconv._loader import load_ops as _load_ops
 # Register the ops now: a SavedModel holding them can then be loaded after `import detconv.keras`.
 _load_ops()
 
-__all__ = ["Conv1D", "Conv2D", "DepthwiseConv2D", "Conv2DTranspose", "convert", "XLAUnsupportedError"]
+__all__ = ["Conv1D", "Conv2D", "DepthwiseConv2D", "Conv2DTranspose", "Conv1DTranspose", "DepthwiseConv1D",
+           "SeparableConv1D", "SeparableConv2D", "convert", "report", "ConversionReport", "XLAUnsupportedError"]
 
 _ACCUMULATIONS = (None, "float32", "float16")
 
@@ -52,6 +54,18 @@ def _check_accumulation(accumulation):
     return accumulation
 
 
+def _stock_signature(cls):
+    """Gives a drop-in whose __init__ passes everything through the stock layer's signature plus
+    ``accumulation`` (what help(), IDEs and inspect show), so the two never drift apart."""
+    stock_cls = next(c for c in cls.__mro__ if c.__module__.startswith("keras"))
+    stock = inspect.signature(stock_cls.__init__)
+    params = [p for p in stock.parameters.values() if p.kind != p.VAR_KEYWORD]
+    params += [inspect.Parameter("accumulation", inspect.Parameter.KEYWORD_ONLY, default=None),
+               inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)]
+    cls.__init__.__signature__ = stock.replace(parameters=params)
+    return cls
+
+
 class _DetConvMixin:
     """What the four layers share: the accumulation keyword, casting, no XLA."""
 
@@ -68,10 +82,13 @@ class _DetConvMixin:
                 "'auto' already resolves to False for models with detconv layers).")
         dtype = self.compute_dtype
         # The op is called on compute-dtype copies of the variables (float16 under mixed_float16).
-        kernel = tf.cast(self.kernel, dtype)
+        kernel = self._det_kernel(dtype)
         bias = tf.cast(self.bias, dtype) if self.use_bias else None
         inputs = tf.convert_to_tensor(inputs)
         return inputs, kernel, bias
+
+    def _det_kernel(self, dtype):
+        return tf.cast(self.kernel, dtype)
 
     def _finish(self, outputs):
         if self.activation is not None:
@@ -205,29 +222,128 @@ class Conv2DTranspose(_DetConvMixin, keras.layers.Conv2DTranspose):
         self._det_init(accumulation)
 
     def call(self, inputs):
+        return _transpose_call(self, inputs)
+
+
+def _transpose_call(layer, inputs):
+    """Conv1DTranspose / Conv2DTranspose: the op's output shape from Keras' rule, then the bias as its own add."""
+    x, kernel, bias = layer._det_prepare(inputs)
+    rank = len(layer.kernel_size)
+    channels_last = layer.data_format == "channels_last"
+    spatial_axes = tuple(range(1, rank + 1)) if channels_last else tuple(range(2, rank + 2))
+    dyn = tf.shape(x)
+    static, dynamic = [], []
+    for i, axis in enumerate(spatial_axes):
+        op = None if layer.output_padding is None else layer.output_padding[i]
+        args = (layer.kernel_size[i], layer.strides[i], layer.padding, op, layer.dilation_rate[i])
+        size = x.shape[axis]
+        static.append(None if size is None else _transpose_length(size, *args))
+        dynamic.append(static[-1] if size is not None else _transpose_length(dyn[axis], *args))
+    n = x.shape[0] if x.shape[0] is not None else dyn[0]
+    dims = [n, *dynamic, layer.filters] if channels_last else [n, layer.filters, *dynamic]
+    output_shape = tf.stack([tf.cast(d, tf.int32) for d in dims])
+    if rank == 1:
+        outputs = _ops.conv1d_transpose(x, kernel, output_shape, list(layer.strides), layer.padding.upper(),
+                                        data_format="NWC" if channels_last else "NCW",
+                                        dilations=list(layer.dilation_rate), accumulation=layer.accumulation)
+    else:
+        outputs = _ops.conv2d_transpose(x, kernel, output_shape, list(layer.strides), layer.padding.upper(),
+                                        data_format="NHWC" if channels_last else "NCHW",
+                                        dilations=list(layer.dilation_rate), accumulation=layer.accumulation)
+    outputs.set_shape([x.shape[0], *static, layer.filters] if channels_last
+                      else [x.shape[0], layer.filters, *static])
+    if bias is not None:
+        shape = (1,) * (rank + 1) + (layer.filters,) if channels_last else (1, layer.filters) + (1,) * rank
+        outputs = outputs + tf.reshape(bias, shape)
+    return layer._finish(outputs)
+
+
+@keras.saving.register_keras_serializable(package="detconv")
+@_stock_signature
+class Conv1DTranspose(_DetConvMixin, keras.layers.Conv1DTranspose):
+    """keras.layers.Conv1DTranspose computed by detconv.conv1d_transpose (the bias is a separate add, as stock)."""
+
+    def __init__(self, *args, accumulation=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._det_init(accumulation)
+
+    def call(self, inputs):
+        return _transpose_call(self, inputs)
+
+
+def _padding_1d(layer):
+    """A 1-D layer's padding for the 2-D op over a height-1 image: causal is left zeros only."""
+    if layer.padding == "causal":
+        return [[0, 0], [layer.dilation_rate[0] * (layer.kernel_size[0] - 1), 0]]
+    return layer.padding.upper()
+
+
+@keras.saving.register_keras_serializable(package="detconv")
+@_stock_signature
+class DepthwiseConv1D(_DetConvMixin, keras.layers.DepthwiseConv1D):
+    """keras.layers.DepthwiseConv1D computed by detconv.depthwise_conv2d over a height-1 image (bias fused)."""
+
+    def __init__(self, *args, accumulation=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._det_init(accumulation)
+
+    def call(self, inputs):
         x, kernel, bias = self._det_prepare(inputs)
         channels_last = self.data_format == "channels_last"
-        spatial_axes = (1, 2) if channels_last else (2, 3)
-        dyn = tf.shape(x)
-        static = []
-        dynamic = []
-        for i, axis in enumerate(spatial_axes):
-            op = None if self.output_padding is None else self.output_padding[i]
-            args = (self.kernel_size[i], self.strides[i], self.padding, op, self.dilation_rate[i])
-            size = x.shape[axis]
-            static.append(None if size is None else _transpose_length(size, *args))
-            dynamic.append(static[-1] if size is not None else _transpose_length(dyn[axis], *args))
-        n = x.shape[0] if x.shape[0] is not None else dyn[0]
-        dims = [n, dynamic[0], dynamic[1], self.filters] if channels_last else [n, self.filters, *dynamic]
-        output_shape = tf.stack([tf.cast(d, tf.int32) for d in dims])
-        outputs = _ops.conv2d_transpose(x, kernel, output_shape, list(self.strides), self.padding.upper(),
-                                        data_format="NHWC" if channels_last else "NCHW",
-                                        dilations=list(self.dilation_rate), accumulation=self.accumulation)
-        outputs.set_shape([x.shape[0], static[0], static[1], self.filters] if channels_last
-                          else [x.shape[0], self.filters, static[0], static[1]])
-        if bias is not None:
-            shape = (1, 1, 1, self.filters) if channels_last else (1, self.filters, 1, 1)
-            outputs = outputs + tf.reshape(bias, shape)
+        axis = 1 if channels_last else 2
+        outputs = _ops.depthwise_conv2d(tf.expand_dims(x, axis), kernel[None], [1, self.strides[0]],
+                                        _padding_1d(self), data_format="NHWC" if channels_last else "NCHW",
+                                        dilations=[1, self.dilation_rate[0]], bias=bias,
+                                        accumulation=self.accumulation)
+        return self._finish(tf.squeeze(outputs, axis))
+
+
+class _SeparableMixin(_DetConvMixin):
+    """The depthwise and pointwise kernels instead of one kernel."""
+
+    def _det_kernel(self, dtype):
+        return tf.cast(self.depthwise_kernel, dtype), tf.cast(self.pointwise_kernel, dtype)
+
+
+@keras.saving.register_keras_serializable(package="detconv")
+@_stock_signature
+class SeparableConv1D(_SeparableMixin, keras.layers.SeparableConv1D):
+    """keras.layers.SeparableConv1D computed by detconv.separable_conv2d over a height-1 image.
+
+    The depthwise result is rounded to the compute dtype (as stock Keras' two
+    ops do); the bias is fused into the pointwise fold."""
+
+    def __init__(self, *args, accumulation=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._det_init(accumulation)
+
+    def call(self, inputs):
+        x, (dwk, pwk), bias = self._det_prepare(inputs)
+        channels_last = self.data_format == "channels_last"
+        axis = 1 if channels_last else 2
+        outputs = _ops.separable_conv2d(tf.expand_dims(x, axis), dwk[None], pwk[None], [1, self.strides[0]],
+                                        _padding_1d(self), data_format="NHWC" if channels_last else "NCHW",
+                                        dilations=[1, self.dilation_rate[0]], bias=bias,
+                                        accumulation=self.accumulation)
+        return self._finish(tf.squeeze(outputs, axis))
+
+
+@keras.saving.register_keras_serializable(package="detconv")
+@_stock_signature
+class SeparableConv2D(_SeparableMixin, keras.layers.SeparableConv2D):
+    """keras.layers.SeparableConv2D computed by detconv.separable_conv2d (depthwise rounded to the compute
+    dtype, as stock; bias fused into the pointwise fold)."""
+
+    def __init__(self, *args, accumulation=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._det_init(accumulation)
+
+    def call(self, inputs):
+        x, (dwk, pwk), bias = self._det_prepare(inputs)
+        outputs = _ops.separable_conv2d(x, dwk, pwk, list(self.strides), self.padding.upper(),
+                                        data_format="NHWC" if self.data_format == "channels_last" else "NCHW",
+                                        dilations=list(self.dilation_rate), bias=bias,
+                                        accumulation=self.accumulation)
         return self._finish(outputs)
 
 
@@ -237,6 +353,10 @@ _STOCK_TO_DET = {
     keras.layers.Conv2D: Conv2D,
     keras.layers.DepthwiseConv2D: DepthwiseConv2D,
     keras.layers.Conv2DTranspose: Conv2DTranspose,
+    keras.layers.Conv1DTranspose: Conv1DTranspose,
+    keras.layers.DepthwiseConv1D: DepthwiseConv1D,
+    keras.layers.SeparableConv1D: SeparableConv1D,
+    keras.layers.SeparableConv2D: SeparableConv2D,
 }
 _DET_CLASSES = tuple(_STOCK_TO_DET.values())
 
@@ -259,17 +379,97 @@ def _is_graph_model(model):
         isinstance(model, keras.Model) and hasattr(model, "_run_through_graph") and hasattr(model, "_operations"))
 
 
-def convert(model, accumulation=None):
+# Layers whose own sums detconv does not order: their bits may still depend on the device, the batch or
+# the thread count. Looked up by name, so a Keras without one of them simply has nothing to match.
+_UNCONTROLLED = {
+    "matrix product (BLAS/cuBLAS order)": ("Dense", "EinsumDense"),
+    "batch statistics (mean/variance reductions)": ("BatchNormalization",),
+    "normalization reductions": ("LayerNormalization", "GroupNormalization", "UnitNormalization",
+                                 "RMSNormalization", "SpectralNormalization"),
+    "average pooling (sum of a window or a whole map)": ("AveragePooling1D", "AveragePooling2D",
+                                                         "AveragePooling3D", "GlobalAveragePooling1D",
+                                                         "GlobalAveragePooling2D", "GlobalAveragePooling3D"),
+    "attention (matrix products, softmax sums)": ("MultiHeadAttention", "GroupedQueryAttention", "Attention",
+                                                  "AdditiveAttention"),
+    "softmax sum": ("Softmax",),
+    "recurrent cell (matrix products)": ("LSTM", "GRU", "SimpleRNN", "RNN", "Bidirectional", "ConvLSTM1D",
+                                         "ConvLSTM2D", "ConvLSTM3D"),
+    "stock convolution detconv has no drop-in for yet": ("Conv3D", "Conv3DTranspose"),
+}
+
+
+class ConversionReport:
+    """What ``convert`` swapped and how far the model's reproducibility reaches.
+
+    ``swapped``: [(layer name, stock class, detconv class)]; ``detconv``: names of the layers detconv
+    computes (swapped or already detconv); ``uncontrolled``: [(layer name, class, why)] for layers whose
+    sums detconv does not order; ``unreplaced``: stock convolution classes that stayed stock (user
+    subclasses, or inside a subclassed layer); ``str(report)`` is a readable summary."""
+
+    def __init__(self, swapped, detconv, uncontrolled, unreplaced):
+        self.swapped, self.detconv, self.uncontrolled, self.unreplaced = swapped, detconv, uncontrolled, unreplaced
+
+    @property
+    def fully_controlled(self):
+        return not self.uncontrolled and not self.unreplaced
+
+    def __str__(self):
+        lines = [f"detconv computes {len(self.detconv)} convolution layer(s); swapped {len(self.swapped)}."]
+        for name, stock, det in self.swapped:
+            lines.append(f"  swapped   {name}: {stock} -> detconv.keras.{det}")
+        if self.unreplaced:
+            lines.append("Convolutions left stock (user subclasses or inside subclassed layers):")
+            lines += [f"  stock     {name}: {cls}" for name, cls in self.unreplaced]
+        if self.uncontrolled:
+            lines.append("Layers whose sums detconv does not order (their bits may vary by device, batch, "
+                         "threads):")
+            lines += [f"  outside   {name}: {cls} - {why}" for name, cls, why in self.uncontrolled]
+        else:
+            lines.append("No other layer of the model sums in an order detconv does not control.")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def report(model, swapped=()):
+    """A ConversionReport for ``model`` as it is (``swapped`` lists what a conversion replaced)."""
+    uncontrolled_classes = {}
+    for why, names in _UNCONTROLLED.items():
+        for name in names:
+            cls = getattr(keras.layers, name, None)
+            if cls is not None:
+                uncontrolled_classes[cls] = why
+    det, uncontrolled, unreplaced = [], [], []
+    layers = model._flatten_layers(include_self=False, recursive=True) if isinstance(model, keras.Model) \
+        else [model]
+    for layer in layers:
+        if isinstance(layer, _DET_CLASSES):
+            det.append(layer.name)
+        elif isinstance(layer, tuple(_STOCK_TO_DET)):
+            unreplaced.append((layer.name, type(layer).__name__))
+        else:
+            why = next((w for c, w in uncontrolled_classes.items() if isinstance(layer, c)), None)
+            if why is not None:
+                uncontrolled.append((layer.name, type(layer).__name__, why))
+    return ConversionReport(list(swapped), det, uncontrolled, unreplaced)
+
+
+def convert(model, accumulation=None, *, verbose=False):
     """Returns a copy of ``model`` with every stock convolution replaced by its detconv layer.
 
     ``model``: a Keras 3 Sequential or functional model (nested Sequential and
     functional models, e.g. a ``keras.applications`` backbone, are converted
     too) or a single layer. Every ``keras.layers.Conv1D``, ``Conv2D``,
-    ``DepthwiseConv2D`` and ``Conv2DTranspose`` (exact class, not a user
-    subclass) becomes the detconv layer with the same config, name and
-    weights, plus ``accumulation``. Other layers are cloned with their weights;
-    the original model is left untouched and shares no variables with the copy.
-    detconv layers already present keep their own ``accumulation``.
+    ``DepthwiseConv1D``, ``DepthwiseConv2D``, ``SeparableConv1D``,
+    ``SeparableConv2D``, ``Conv1DTranspose`` and ``Conv2DTranspose`` (exact
+    class, not a user subclass) becomes the detconv layer with the same config,
+    name and weights, plus ``accumulation``. Other layers are cloned with their
+    weights; the original model is left untouched and shares no variables with
+    the copy. detconv layers already present keep their own ``accumulation``.
+
+    The copy's ``detconv_report`` attribute (a ConversionReport) lists what was
+    swapped and which layers still sum in an order detconv does not control;
+    ``verbose=True`` also prints it.
     """
     _check_accumulation(accumulation)
     if isinstance(model, keras.layers.Layer) and not isinstance(model, keras.Model):
@@ -302,10 +502,13 @@ def convert(model, accumulation=None):
         if getattr(old, "weights", None):  # graph nodes may be plain operations (e.g. x[..., None])
             new.set_weights(old.get_weights())
 
-    leftovers = [layer.name for layer in new_model._flatten_layers(include_self=False, recursive=True)
-                 if isinstance(layer, tuple(_STOCK_TO_DET)) and not isinstance(layer, _DET_CLASSES)]
-    if leftovers:
+    swapped = [(new.name, type(old).__name__, type(new).__name__) for old, new in pairs
+               if type(old) in _STOCK_TO_DET and isinstance(new, _DET_CLASSES)]
+    new_model.detconv_report = rep = report(new_model, swapped)
+    if rep.unreplaced:
         warnings.warn(
             "convert: these convolution layers were not replaced (they are user subclasses of the stock "
-            f"layers or live inside a subclassed layer): {leftovers}", stacklevel=2)
+            f"layers or live inside a subclassed layer): {[name for name, _ in rep.unreplaced]}", stacklevel=2)
+    if verbose:
+        print(rep)
     return new_model

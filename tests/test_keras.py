@@ -21,7 +21,13 @@ STOCK = {
     dk.Conv2D: keras.layers.Conv2D,
     dk.DepthwiseConv2D: keras.layers.DepthwiseConv2D,
     dk.Conv2DTranspose: keras.layers.Conv2DTranspose,
+    dk.Conv1DTranspose: keras.layers.Conv1DTranspose,
+    dk.DepthwiseConv1D: keras.layers.DepthwiseConv1D,
+    dk.SeparableConv1D: keras.layers.SeparableConv1D,
+    dk.SeparableConv2D: keras.layers.SeparableConv2D,
 }
+RANK1 = (dk.Conv1D, dk.Conv1DTranspose, dk.DepthwiseConv1D, dk.SeparableConv1D)
+TRANSPOSES = (dk.Conv1DTranspose, dk.Conv2DTranspose)
 ACTIVATIONS = (None, "relu", "tanh")
 
 
@@ -53,7 +59,7 @@ def _stride_dilation(rng, rank, both=False):
 
 def random_case(cls, rng):
     """(constructor kwargs, channels-last input shape) for one random layer config."""
-    rank = 1 if cls is dk.Conv1D else 2
+    rank = 1 if cls in RANK1 else 2
     kernel = tuple(int(v) for v in rng.integers(1, 4, rank))
     common = dict(kernel_size=kernel, use_bias=bool(rng.random() < 0.7), activation=_pick(rng, ACTIVATIONS),
                   data_format=_pick(rng, ("channels_last", "channels_first")))
@@ -64,11 +70,16 @@ def random_case(cls, rng):
         paddings = ("valid", "same", "causal") if rank == 1 else ("valid", "same")
         kw = dict(common, filters=groups * int(rng.integers(1, 4)), strides=strides, dilation_rate=dil,
                   groups=groups, padding=_pick(rng, paddings))
-    elif cls is dk.DepthwiseConv2D:
+    elif cls in (dk.DepthwiseConv2D, dk.DepthwiseConv1D):
         strides, dil = _stride_dilation(rng, rank, both=rng.random() < 0.2)
         channels = int(rng.integers(1, 6))
         kw = dict(common, depth_multiplier=int(rng.integers(1, 4)), strides=strides, dilation_rate=dil,
                   padding=_pick(rng, ("valid", "same")))
+    elif cls in (dk.SeparableConv1D, dk.SeparableConv2D):
+        strides, dil = _stride_dilation(rng, rank)
+        channels = int(rng.integers(1, 5))
+        kw = dict(common, filters=int(rng.integers(1, 6)), depth_multiplier=int(rng.integers(1, 3)),
+                  strides=strides, dilation_rate=dil, padding=_pick(rng, ("valid", "same")))
     else:
         strides, dil = _stride_dilation(rng, rank)
         channels = int(rng.integers(1, 6))
@@ -80,7 +91,7 @@ def random_case(cls, rng):
     for i in range(rank):
         reach = (kernel[i] - 1) * kw["dilation_rate"][i] + 1
         spatial.append(int(rng.integers(reach, reach + 6)))
-    if cls is dk.Conv2DTranspose and kw.get("output_padding") is not None and kw["padding"] == "same":
+    if cls in TRANSPOSES and kw.get("output_padding") is not None and kw["padding"] == "same":
         # Keep configs TensorFlow itself accepts: SAME needs ceil(out / s) == in.
         for i in range(rank):
             s, k = kw["strides"][i], (kernel[i] - 1) * kw["dilation_rate"][i] + 1
@@ -120,38 +131,54 @@ def _stock_output(cls, kw, weights, x_last):
 
 
 def _op_output(layer, x, cast=None, accumulation=None):
-    """The layer's output recomputed with the public op on its kernel and bias (cast to `cast` first)."""
+    """The layer's output recomputed with the public ops on its weights (cast to `cast` first), by another
+    route where one exists (1-D depthwise as a grouped conv1d, separable as its two convolutions)."""
     kw = layer.get_config()
-    kernel = tf.convert_to_tensor(layer.kernel.value)
+    separable = isinstance(layer, (dk.SeparableConv1D, dk.SeparableConv2D))
+    kernels = [layer.depthwise_kernel, layer.pointwise_kernel] if separable else [layer.kernel]
+    kernels = [tf.convert_to_tensor(k.value) for k in kernels]
     bias = tf.convert_to_tensor(layer.bias.value) if layer.use_bias else None
     if cast is not None:
         x = tf.cast(x, cast)
-        kernel = tf.cast(kernel, cast)
+        kernels = [tf.cast(k, cast) for k in kernels]
         bias = None if bias is None else tf.cast(bias, cast)
+    kernel = kernels[0]
     acc = dict(accumulation=accumulation)
     first = kw["data_format"] == "channels_first"
+    fmt1, fmt2 = ("NCW", "NCHW") if first else ("NWC", "NHWC")
+    strides, dil, padding = list(layer.strides), list(layer.dilation_rate), kw["padding"].upper()
     if isinstance(layer, dk.Conv1D):
         if kw["padding"] == "causal":
             # Keras' own causal recipe: pad the input, then VALID.
             pad = [[0, 0], [0, 0], [(layer.kernel_size[0] - 1) * layer.dilation_rate[0], 0]]
             x = tf.pad(x, pad if first else [pad[0], pad[2], pad[1]])
             padding = "VALID"
-        else:
-            padding = kw["padding"].upper()
-        y = detconv.conv1d(x, kernel, list(layer.strides), padding, "NCW" if first else "NWC",
-                           list(layer.dilation_rate), bias=bias, **acc)
+        y = detconv.conv1d(x, kernel, strides, padding, fmt1, dil, bias=bias, **acc)
     elif isinstance(layer, dk.Conv2D):
-        y = detconv.conv2d(x, kernel, list(layer.strides), kw["padding"].upper(), "NCHW" if first else "NHWC",
-                           list(layer.dilation_rate), bias=bias, **acc)
+        y = detconv.conv2d(x, kernel, strides, padding, fmt2, dil, bias=bias, **acc)
     elif isinstance(layer, dk.DepthwiseConv2D):
-        y = detconv.depthwise_conv2d(x, kernel, list(layer.strides), kw["padding"].upper(),
-                                     "NCHW" if first else "NHWC", list(layer.dilation_rate), bias=bias, **acc)
+        y = detconv.depthwise_conv2d(x, kernel, strides, padding, fmt2, dil, bias=bias, **acc)
+    elif isinstance(layer, dk.DepthwiseConv1D):  # a conv1d with one group per channel
+        k, c, m = kernel.shape
+        y = detconv.conv1d(x, tf.reshape(kernel, [k, 1, c * m]), strides, padding, fmt1, dil, bias=bias, **acc)
+    elif separable:
+        dwk, pwk = kernels
+        if isinstance(layer, dk.SeparableConv1D):
+            k, c, m = dwk.shape
+            mid = detconv.conv1d(x, tf.reshape(dwk, [k, 1, c * m]), strides, padding, fmt1, dil, **acc)
+            y = detconv.conv1d(mid, pwk, 1, "VALID", fmt1, bias=bias, **acc)
+        else:
+            mid = detconv.depthwise_conv2d(x, dwk, strides, padding, fmt2, dil, **acc)
+            y = detconv.conv2d(mid, pwk, 1, "VALID", fmt2, bias=bias, **acc)
     else:
-        out = layer.compute_output_shape(x.shape)
-        y = detconv.conv2d_transpose(x, kernel, list(out), list(layer.strides), kw["padding"].upper(),
-                                     "NCHW" if first else "NHWC", list(layer.dilation_rate), **acc)
+        out = list(layer.compute_output_shape(x.shape))
+        if isinstance(layer, dk.Conv1DTranspose):
+            y = detconv.conv1d_transpose(x, kernel, out, strides, padding, fmt1, dil, **acc)
+        else:
+            y = detconv.conv2d_transpose(x, kernel, out, strides, padding, fmt2, dil, **acc)
         if bias is not None:
-            y = y + tf.reshape(bias, (1, -1, 1, 1) if first else (1, 1, 1, -1))
+            rank = len(layer.kernel_size)
+            y = y + tf.reshape(bias, (1, -1) + (1,) * rank if first else (1,) * (rank + 1) + (-1,))
     if layer.activation is not None:
         y = layer.activation(y)
     return np.asarray(y)
@@ -172,6 +199,14 @@ EDGE_CASES = {
                           (2, 4, 5, 2)),
                          (dict(filters=2, kernel_size=(3, 2), dilation_rate=2, padding="valid",
                                data_format="channels_first"), (1, 5, 4, 3))],
+    dk.Conv1DTranspose: [(dict(filters=3, kernel_size=4, strides=3, padding="same"), (2, 5, 2)),
+                         (dict(filters=2, kernel_size=3, dilation_rate=2, data_format="channels_first"), (1, 6, 3))],
+    dk.DepthwiseConv1D: [(dict(kernel_size=3, strides=2, padding="same", depth_multiplier=3), (2, 9, 2)),
+                         (dict(kernel_size=2, dilation_rate=2, data_format="channels_first"), (1, 7, 4))],
+    dk.SeparableConv1D: [(dict(filters=5, kernel_size=3, strides=2, padding="same", depth_multiplier=2), (2, 9, 3))],
+    dk.SeparableConv2D: [(dict(filters=4, kernel_size=(3, 2), strides=(2, 1), padding="same", depth_multiplier=2,
+                               data_format="channels_first", activation="relu"), (2, 7, 6, 3)),
+                         (dict(filters=6, kernel_size=3, dilation_rate=2, use_bias=False), (1, 9, 8, 2))],
 }
 
 
@@ -293,7 +328,7 @@ def test_mixed_float16(policy, accumulation, rng):
             x = _to_first(x)
         layer = cls(**kw, accumulation=accumulation)
         y = layer(x)
-        assert layer.compute_dtype == "float16" and layer.kernel.dtype == "float32"
+        assert layer.compute_dtype == "float16" and all(w.dtype == "float32" for w in layer.weights)
         assert y.dtype == tf.float16
         # The op on float16 copies of input, kernel and bias, bit for bit.
         want = _op_output(layer, x, cast=tf.float16, accumulation=accumulation)
@@ -356,8 +391,12 @@ def _all_layers_model(rng):
     a = dk.Conv2D(6, 3, padding="same", activation="relu", name="c2d")(inp)
     b = dk.DepthwiseConv2D(3, strides=2, depth_multiplier=2, name="dw", accumulation="float32")(a)
     c = dk.Conv2DTranspose(3, 3, strides=2, output_padding=1, name="ct")(b)
-    d = keras.layers.Reshape((-1, 3))(c)
+    c = dk.SeparableConv2D(4, 3, depth_multiplier=2, padding="same", name="sep2d")(c)
+    d = keras.layers.Reshape((-1, 4))(c)
     e = dk.Conv1D(2, 3, padding="causal", dilation_rate=2, name="c1d")(d)
+    e = dk.Conv1DTranspose(3, 3, strides=2, name="ct1d")(e)
+    e = dk.DepthwiseConv1D(3, depth_multiplier=2, padding="same", name="dw1d")(e)
+    e = dk.SeparableConv1D(2, 3, name="sep1d", accumulation="float32")(e)
     model = keras.Model(inp, e)
     for layer in model.layers:
         _randomize(layer, rng)
@@ -549,3 +588,40 @@ def test_training_is_bitwise_reproducible_across_processes():
     assert first == second, (first, second)
     # This process has run many other tests: its state must not matter either.
     assert _train_demo.train_hash(True) == first["detconv"]
+
+
+def test_convert_every_layer_kind_and_report(rng, capsys):
+    """Every stock convolution kind is swapped; the report names them and the layers outside the contract."""
+    inp2, inp1 = keras.Input((12, 12, 3)), keras.Input((16, 4))
+    a = keras.layers.Conv2D(4, 3, padding="same", name="conv2d")(inp2)
+    a = keras.layers.DepthwiseConv2D(3, name="dw2d")(a)
+    a = keras.layers.SeparableConv2D(5, 3, name="sep2d")(a)
+    a = keras.layers.Conv2DTranspose(3, 3, strides=2, name="ct2d")(a)
+    a = keras.layers.BatchNormalization(name="bn")(a)
+    a = keras.layers.GlobalAveragePooling2D(name="gap2d")(a)
+    b = keras.layers.Conv1D(4, 3, name="conv1d")(inp1)
+    b = keras.layers.DepthwiseConv1D(3, name="dw1d")(b)
+    b = keras.layers.SeparableConv1D(4, 3, name="sep1d")(b)
+    b = keras.layers.Conv1DTranspose(2, 3, strides=2, name="ct1d")(b)
+    b = keras.layers.Flatten(name="flat")(b)
+    out = keras.layers.Dense(3, name="head")(keras.layers.Concatenate(name="cat")([a, b]))
+    model = keras.Model([inp2, inp1], out)
+    for layer in model.layers:
+        _randomize(layer, rng)
+    converted = dk.convert(model, verbose=True)
+    _check_converted(model, converted)
+    rep = converted.detconv_report
+    kinds = {name: det for name, _, det in rep.swapped}
+    assert kinds == {n: type(converted.get_layer(n)).__name__ for n in
+                     ("conv2d", "dw2d", "sep2d", "ct2d", "conv1d", "dw1d", "sep1d", "ct1d")}
+    assert sorted(rep.detconv) == sorted(kinds) and not rep.unreplaced
+    assert {name for name, _, _ in rep.uncontrolled} == {"bn", "gap2d", "head"}
+    assert not rep.fully_controlled
+    printed = capsys.readouterr().out
+    assert "swapped 8" in printed and "head: Dense" in printed and "bn: BatchNormalization" in printed
+    x = [rng.standard_normal((2, 12, 12, 3)).astype(np.float32), rng.standard_normal((2, 16, 4)).astype(np.float32)]
+    np.testing.assert_allclose(converted(x), model(x), rtol=1e-4, atol=1e-4)
+    # a model of detconv layers and order-free layers only is fully controlled
+    pure = dk.convert(keras.Sequential([keras.Input((8, 8, 2)), keras.layers.Conv2D(2, 3), keras.layers.ReLU(),
+                                        keras.layers.MaxPooling2D()]))
+    assert pure.detconv_report.fully_controlled and "No other layer" in str(pure.detconv_report)

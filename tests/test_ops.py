@@ -229,3 +229,75 @@ def test_unsupported_isa_is_refused():
     assert detconv.cpu_isa() != "avx512"
     with pytest.raises(ValueError, match="isa"):
         detconv.set_cpu_isa("sse9")
+
+
+# ---------------------------------------------------------------- the other tf.nn entry points
+@pytest.mark.parametrize("dtype,acc", DTYPES, ids=[f"{d}-{a or 'default'}" for d, a in DTYPES])
+def test_separable_conv2d_matches_reference(rng, dtype, acc):
+    x = rand(rng, (2, 9, 8, 3), dtype)
+    dwf, pwf, b = rand(rng, (3, 3, 3, 2), dtype), rand(rng, (1, 1, 6, 5), dtype), rand(rng, (5,), dtype)
+    got = detconv.separable_conv2d(x, dwf, pwf, [1, 2, 2, 1], "SAME", dilations=1, bias=b, accumulation=acc)
+    assert_bits_equal(got.numpy(), ref.separable_conv2d(x, dwf, pwf, 2, "SAME", bias=b, accumulation=acc),
+                      "separable_conv2d")
+    if dtype == "float32":
+        stock = tf.nn.separable_conv2d(x, dwf, pwf, [1, 2, 2, 1], "SAME").numpy() + b
+        np.testing.assert_allclose(got.numpy(), stock, rtol=1e-5, atol=1e-5)
+        nchw = detconv.separable_conv2d(to_nchw(x), dwf, pwf, 2, "SAME", "NCHW", bias=b).numpy()
+        assert_bits_equal(to_nhwc(nchw), got.numpy(), "separable_conv2d NCHW")
+
+
+@pytest.mark.parametrize("dtype,acc", DTYPES, ids=[f"{d}-{a or 'default'}" for d, a in DTYPES])
+def test_depthwise_backprops_match_reference_and_tape(rng, dtype, acc):
+    x = rand(rng, (2, 8, 9, 4), dtype)
+    f = rand(rng, (3, 2, 4, 3), dtype)
+    dy = rand(rng, (2, 4, 5, 12), dtype)
+    dx = detconv.depthwise_conv2d_backprop_input(x.shape, f, dy, [1, 2, 2, 1], "SAME", accumulation=acc).numpy()
+    df = detconv.depthwise_conv2d_backprop_filter(x, f.shape, dy, 2, "SAME", accumulation=acc).numpy()
+    hwio = f.reshape(3, 2, 1, 12)
+    assert_bits_equal(dx, ref.conv2d_backprop_input(dy, hwio, x.shape, 2, "SAME", accumulation=acc), "dx")
+    assert_bits_equal(df, ref.conv2d_backprop_filter(x, dy, hwio.shape, 2, "SAME", accumulation=acc)
+                      .reshape(f.shape), "df")
+    xt, ft = tf.constant(x), tf.constant(f)
+    with tf.GradientTape() as tape:
+        tape.watch([xt, ft])
+        y = detconv.depthwise_conv2d(xt, ft, 2, "SAME", accumulation=acc)
+    g_x, g_f = tape.gradient(y, [xt, ft], output_gradients=tf.constant(dy))
+    assert_bits_equal(g_x.numpy(), dx, "tape dx")
+    assert_bits_equal(g_f.numpy(), df, "tape df")
+    if dtype == "float32":
+        np.testing.assert_allclose(dx, tf.nn.depthwise_conv2d_backprop_input(x.shape, f, dy, [1, 2, 2, 1], "SAME"),
+                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(df, tf.nn.depthwise_conv2d_backprop_filter(x, f.shape, dy, [1, 2, 2, 1], "SAME"),
+                                   rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype,acc", DTYPES, ids=[f"{d}-{a or 'default'}" for d, a in DTYPES])
+def test_conv1d_transpose_matches_reference(rng, dtype, acc):
+    dy = rand(rng, (2, 9, 5), dtype)
+    f = rand(rng, (4, 3, 5), dtype)
+    for stride, padding, dil, width in ((2, "SAME", 1, 18), (3, "VALID", 1, 28), (1, (1, 2), 2, 12)):
+        explicit = not isinstance(padding, str)
+        pad_nwc = [[0, 0], list(padding), [0, 0]] if explicit else padding
+        pad_ncw = [[0, 0], [0, 0], list(padding)] if explicit else padding
+        got = detconv.conv1d_transpose(dy, f, [2, width, 3], stride, pad_nwc, dilations=dil,
+                                       accumulation=acc).numpy()
+        want = ref.conv1d_transpose(dy, f, (2, width, 3), stride, padding, dil, accumulation=acc)
+        assert_bits_equal(got, want, f"conv1d_transpose s{stride} {padding}")
+        ncw = detconv.conv1d_transpose(np.transpose(dy, (0, 2, 1)), f, [2, 3, width], stride, pad_ncw, "NCW",
+                                       dilations=dil, accumulation=acc).numpy()
+        assert_bits_equal(np.transpose(ncw, (0, 2, 1)), want, "conv1d_transpose NCW")
+    if dtype == "float32":
+        np.testing.assert_allclose(detconv.conv1d_transpose(dy, f, [2, 18, 3], 2, "SAME"),
+                                   tf.nn.conv1d_transpose(dy, f, [2, 18, 3], 2, "SAME"), rtol=1e-5, atol=1e-5)
+
+
+def test_convolution_dispatches_on_rank(rng):
+    x2, f2 = rand(rng, (2, 7, 6, 3), "float32"), rand(rng, (3, 3, 3, 4), "float32")
+    x1, f1 = x2[:, 0], f2[0]
+    assert_bits_equal(detconv.convolution(x2, f2, padding="SAME", dilations=[2, 1]).numpy(),
+                      ref.conv2d(x2, f2, 1, "SAME", (2, 1)), "convolution 2-D")
+    assert_bits_equal(detconv.convolution(x1, f1, [2], "VALID").numpy(), ref.conv1d(x1, f1, 2, "VALID"),
+                      "convolution 1-D")
+    assert detconv.convolution(x2, f2).shape == tf.nn.convolution(x2, f2).shape
+    with pytest.raises(ValueError, match="filters"):
+        detconv.convolution(x2[..., None], f2[..., None])
