@@ -43,7 +43,8 @@ def _merge_into_batch(pfor_input, batch_index, sizes_index=None):
     n = pfor_input.pfor.loop_len_vector
     if sizes_index is not None:  # input_sizes: batch times the loop length
         sizes = inputs[sizes_index]
-        inputs[sizes_index] = sizes * tf.concat([tf.cast(n, sizes.dtype), tf.ones([3], sizes.dtype)], 0)
+        rest = tf.ones(tf.shape(sizes) - 1, sizes.dtype)
+        inputs[sizes_index] = sizes * tf.concat([tf.cast(n, sizes.dtype), rest], 0)
     return [_pfor.wrap(_pfor._unflatten_first_dim(y, n), True) for y in _op_again(pfor_input, inputs)]
 
 
@@ -52,21 +53,24 @@ def _only_stacked(pfor_input, index):
 
 
 @_pfor.RegisterPFor("DetConv>Conv2D")
-def _conv2d(pfor_input):
+@_pfor.RegisterPFor("DetConv>Conv3D")
+def _conv(pfor_input):
     if _only_stacked(pfor_input, 0):
         return _merge_into_batch(pfor_input, 0)
     return _per_iteration(pfor_input)
 
 
 @_pfor.RegisterPFor("DetConv>Conv2DBackpropInput")
-def _conv2d_backprop_input(pfor_input):
+@_pfor.RegisterPFor("DetConv>Conv3DBackpropInput")
+def _conv_backprop_input(pfor_input):
     if _only_stacked(pfor_input, 2):
         return _merge_into_batch(pfor_input, 2, sizes_index=0)
     return _per_iteration(pfor_input)
 
 
 @_pfor.RegisterPFor("DetConv>Conv2DBackpropFilter")
-def _conv2d_backprop_filter(pfor_input):
+@_pfor.RegisterPFor("DetConv>Conv3DBackpropFilter")
+def _conv_backprop_filter(pfor_input):
     return _per_iteration(pfor_input)
 
 

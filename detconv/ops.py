@@ -313,11 +313,14 @@ def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding, 
 
 @_tf_nn_errors
 def bias_grad(out_backprop, data_format="NHWC", name=None, *, accumulation=None):
-    """Deterministic bias gradient: dy summed over n, h, w in the contract's chunk order."""
-    data_format = _data_format(data_format, ("NHWC", "NCHW"))
+    """Deterministic bias gradient: dy summed over n and its spatial axes (2-D or 3-D) in the contract's chunk
+    order; data_format says where the channels are (NHWC/NDHWC last, NCHW/NCDHW first)."""
+    data_format = _data_format(data_format, ("NHWC", "NCHW", "NDHWC", "NCDHW"))
+    data_format = {"NDHWC": "NHWC", "NCDHW": "NCHW"}.get(data_format, data_format)  # channels last / first
     with tf.name_scope(name or "detconv_bias_grad"):
         (dy,) = _tensors([("out_backprop", out_backprop)])
-        _check_rank(dy, 4, "out_backprop")
+        if dy.shape.rank is not None and dy.shape.rank not in (4, 5):
+            raise ValueError(f"out_backprop: must be rank 4 or 5, got shape {dy.shape}")
         acc = _accumulation(accumulation, dy.dtype)
         return load_ops().det_conv_bias_grad(dy, data_format=data_format, accumulation=acc)
 
@@ -455,7 +458,7 @@ def separable_conv2d(input, depthwise_filter, pointwise_filter, strides, padding
 @_tf_nn_errors
 def convolution(input, filters, strides=None, padding="VALID", data_format=None, dilations=None, name=None, *,
                 bias=None, accumulation=None):
-    """Deterministic tf.nn.convolution: the spatial rank comes from filters (or input) - 1-D is conv1d, 2-D conv2d."""
+    """Deterministic tf.nn.convolution: the spatial rank comes from filters (or input): conv1d, conv2d or conv3d."""
     def rank_of(v):
         return v.shape.rank if isinstance(v, (tf.Tensor, tf.Variable)) else np.ndim(v)
 
@@ -468,8 +471,102 @@ def convolution(input, filters, strides=None, padding="VALID", data_format=None,
     if rank == 4:
         return conv2d(input, filters, 1 if strides is None else strides, padding, data_format or "NHWC", dilations,
                       name, bias=bias, accumulation=accumulation)
-    raise ValueError(f"filters: detconv.convolution takes 1-D and 2-D convolutions (filters of rank 3 or 4), "
-                     f"got rank {rank}")
+    if rank == 5:
+        return conv3d(input, filters, 1 if strides is None else strides, padding, data_format or "NDHWC", dilations,
+                      name, bias=bias, accumulation=accumulation)
+    raise ValueError(f"filters: expected rank 3, 4 or 5 (1-D, 2-D or 3-D), got rank {rank}")
+
+
+# ------------------------------------------------------------------ three spatial dimensions
+def _conv3d_args(data_format, strides, dilations, padding):
+    data_format = _data_format(data_format, ("NDHWC", "NCDHW"))
+    st = _spatial(strides, "strides", data_format, ndims=3)
+    dl = _spatial(dilations, "dilations", data_format, ndims=3)
+    mode, explicit = _padding(padding, data_format, ndims=3)
+    return data_format, st, dl, mode, explicit
+
+
+def _check_static_3d(x, f, data_format):
+    if x.shape.rank is None or f.shape.rank is None:
+        return
+    c = x.shape[1] if data_format == "NCDHW" else x.shape[4]
+    kd, kh, kw, cg, co = f.shape
+    for dim, label in ((kd, "depth"), (kh, "height"), (kw, "width"), (cg, "in-channels")):
+        if dim is not None and dim == 0:
+            raise _invalid(f"filters: zero-size filter ({label} is 0)")
+    if c is not None and cg is not None:
+        if c == 0 or c % cg != 0:
+            raise ValueError(f"filters: input channels ({c}) must be a positive multiple of the filter's "
+                             f"in-channels ({cg})")
+        if co is not None and co % (c // cg) != 0:
+            raise ValueError(f"filters: out-channels ({co}) must be divisible by the number of groups ({c // cg})")
+
+
+@_tf_nn_errors
+def conv3d(input, filters, strides, padding, data_format="NDHWC", dilations=None, name=None, *, bias=None,
+           accumulation=None):
+    """Deterministic tf.nn.conv3d (filters DHWIO, groups inferred) with an optional fused bias; each output
+    folds (kd, kh, kw, i)."""
+    data_format, st, dl, mode, explicit = _conv3d_args(data_format, strides, dilations, padding)
+    with tf.name_scope(name or "detconv_conv3d"):
+        named = [("input", input), ("filters", filters)] + ([("bias", bias)] if bias is not None else [])
+        ts = _tensors(named)
+        x, f = ts[0], ts[1]
+        _check_rank(x, 5, "input")
+        _check_rank(f, 5, "filters")
+        acc = _accumulation(accumulation, x.dtype)
+        if bias is not None:
+            b = ts[2]
+            _check_rank(b, 1, "bias")
+            if b.shape[0] is not None and f.shape[4] is not None and b.shape[0] != f.shape[4]:
+                raise ValueError(f"bias: must have shape [{f.shape[4]}] (out-channels), got {b.shape}")
+        else:
+            b = tf.zeros([0], dtype=x.dtype)
+        _check_static_3d(x, f, data_format)
+        return load_ops().det_conv_conv3d(x, f, b, use_bias=bias is not None,
+                                          **_attrs(st, dl, mode, explicit, data_format, acc))
+
+
+@_tf_nn_errors
+def conv3d_backprop_input(input_sizes, filters, out_backprop, strides, padding, data_format="NDHWC", dilations=None,
+                          name=None, *, accumulation=None):
+    """Deterministic conv3d input gradient (tf.raw_ops.Conv3DBackpropInputV2); fold (kd, kh, kw, o)."""
+    data_format, st, dl, mode, explicit = _conv3d_args(data_format, strides, dilations, padding)
+    with tf.name_scope(name or "detconv_conv3d_backprop_input"):
+        dy, f = _tensors([("out_backprop", out_backprop), ("filters", filters)])
+        _check_rank(f, 5, "filters")
+        _check_rank(dy, 5, "out_backprop")
+        acc = _accumulation(accumulation, f.dtype)
+        sizes = _checked_int32(_int64_sizes(input_sizes, "input_sizes"), "input_sizes")
+        return load_ops().det_conv_conv3d_backprop_input(sizes, f, dy,
+                                                         **_attrs(st, dl, mode, explicit, data_format, acc))
+
+
+@_tf_nn_errors
+def conv3d_backprop_filter(input, filter_sizes, out_backprop, strides, padding, data_format="NDHWC", dilations=None,
+                           name=None, *, accumulation=None):
+    """Deterministic conv3d filter gradient (tf.raw_ops.Conv3DBackpropFilterV2); filter_sizes DHWIO."""
+    data_format, st, dl, mode, explicit = _conv3d_args(data_format, strides, dilations, padding)
+    with tf.name_scope(name or "detconv_conv3d_backprop_filter"):
+        x, dy = _tensors([("input", input), ("out_backprop", out_backprop)])
+        _check_rank(x, 5, "input")
+        _check_rank(dy, 5, "out_backprop")
+        acc = _accumulation(accumulation, x.dtype)
+        sizes = _checked_int32(_int64_sizes(filter_sizes, "filter_sizes"), "filter_sizes")
+        static = tf.get_static_value(sizes)
+        if static is not None and np.ndim(static) == 1 and len(static) == 5 and min(static) == 0:
+            return tf.zeros(static, x.dtype)
+        return load_ops().det_conv_conv3d_backprop_filter(x, sizes, dy,
+                                                          **_attrs(st, dl, mode, explicit, data_format, acc))
+
+
+@_tf_nn_errors
+def conv3d_transpose(input, filters, output_shape, strides, padding="SAME", data_format="NDHWC", dilations=None,
+                     name=None, *, accumulation=None):
+    """Deterministic tf.nn.conv3d_transpose; its result follows the contract's input-gradient order."""
+    with tf.name_scope(name or "detconv_conv3d_transpose"):
+        return conv3d_backprop_input(output_shape, filters, input, strides, padding, data_format, dilations,
+                                     accumulation=accumulation)
 
 
 # ------------------------------------------------------------------ gradients
@@ -479,37 +576,50 @@ def _conv_attrs(op):
     return {k: (v.decode() if isinstance(v, bytes) else v) for k, v in ((k, op.get_attr(k)) for k in names)}
 
 
+def _family(op):
+    """The library functions of an op's rank: (conv, backprop_input, backprop_filter)."""
+    lib = load_ops()
+    if op.type.startswith("DetConv>Conv3D"):
+        return lib.det_conv_conv3d, lib.det_conv_conv3d_backprop_input, lib.det_conv_conv3d_backprop_filter
+    return lib.det_conv_conv2d, lib.det_conv_conv2d_backprop_input, lib.det_conv_conv2d_backprop_filter
+
+
 @tf.RegisterGradient("DetConv>Conv2D")
-def _conv2d_grad(op, dy):
+@tf.RegisterGradient("DetConv>Conv3D")
+def _conv_grad(op, dy):
     x, f, b = op.inputs
     a = _conv_attrs(op)
-    lib = load_ops()
-    dx = lib.det_conv_conv2d_backprop_input(tf.shape(x, out_type=tf.int32), f, dy, **a)
-    df = lib.det_conv_conv2d_backprop_filter(x, tf.shape(f, out_type=tf.int32), dy, **a)
+    _, backprop_input, backprop_filter = _family(op)
+    dx = backprop_input(tf.shape(x, out_type=tf.int32), f, dy, **a)
+    df = backprop_filter(x, tf.shape(f, out_type=tf.int32), dy, **a)
     if op.get_attr("use_bias"):
-        db = lib.det_conv_bias_grad(dy, data_format=a["data_format"], accumulation=a["accumulation"])
+        channels_first = a["data_format"] in ("NCHW", "NCDHW")
+        db = load_ops().det_conv_bias_grad(dy, data_format="NCHW" if channels_first else "NHWC",
+                                           accumulation=a["accumulation"])
     else:
         db = tf.zeros_like(b)
     return dx, df, db
 
 
 @tf.RegisterGradient("DetConv>Conv2DBackpropInput")
-def _conv2d_backprop_input_grad(op, ddx):
+@tf.RegisterGradient("DetConv>Conv3DBackpropInput")
+def _conv_backprop_input_grad(op, ddx):
     _, f, dy = op.inputs
     a = _conv_attrs(op)
-    lib = load_ops()
-    d_dy = lib.det_conv_conv2d(ddx, f, tf.zeros([0], ddx.dtype), use_bias=False, **a)
-    d_f = lib.det_conv_conv2d_backprop_filter(ddx, tf.shape(f, out_type=tf.int32), dy, **a)
+    conv, _, backprop_filter = _family(op)
+    d_dy = conv(ddx, f, tf.zeros([0], ddx.dtype), use_bias=False, **a)
+    d_f = backprop_filter(ddx, tf.shape(f, out_type=tf.int32), dy, **a)
     return None, d_f, d_dy
 
 
 @tf.RegisterGradient("DetConv>Conv2DBackpropFilter")
-def _conv2d_backprop_filter_grad(op, ddf):
+@tf.RegisterGradient("DetConv>Conv3DBackpropFilter")
+def _conv_backprop_filter_grad(op, ddf):
     x, _, dy = op.inputs
     a = _conv_attrs(op)
-    lib = load_ops()
-    d_x = lib.det_conv_conv2d_backprop_input(tf.shape(x, out_type=tf.int32), ddf, dy, **a)
-    d_dy = lib.det_conv_conv2d(x, ddf, tf.zeros([0], x.dtype), use_bias=False, **a)
+    conv, backprop_input, _ = _family(op)
+    d_x = backprop_input(tf.shape(x, out_type=tf.int32), ddf, dy, **a)
+    d_dy = conv(x, ddf, tf.zeros([0], x.dtype), use_bias=False, **a)
     return d_x, None, d_dy
 
 
@@ -517,7 +627,8 @@ def _conv2d_backprop_filter_grad(op, ddf):
 def _bias_grad_grad(op, ddb):
     dy = op.inputs[0]
     nchw = op.get_attr("data_format") in (b"NCHW", "NCHW")
-    shape = [1, -1, 1, 1] if nchw else [1, 1, 1, -1]
+    ones = [1] * (dy.shape.rank - 2)
+    shape = [1, -1, *ones] if nchw else [1, *ones, -1]
     return tf.broadcast_to(tf.reshape(ddb, shape), tf.shape(dy))
 
 

@@ -45,6 +45,9 @@ __all__ = [
     "conv1d_transpose",
     "depthwise_conv2d",
     "separable_conv2d",
+    "conv3d",
+    "conv3d_backprop_input",
+    "conv3d_backprop_filter",
     "resolve_padding",
     "reduction_chunks",
     "fma",
@@ -523,10 +526,12 @@ def conv2d_backprop_filter(x, dy, filter_shape, strides=1, padding="VALID", dila
 
 
 def bias_grad(dy, *, accumulation=None):
-    """db[o]: chunked sum of dy over (n, oh, ow) with F = Co, chunks added in order."""
+    """db[o]: chunked sum of dy over (n, [od,] oh, ow) with F = Co, chunks added in order."""
     dy = _array(dy, "dy")
+    if dy.ndim == 5:  # NDHWC: r = ((n*OD + od)*OH + oh)*OW + ow is the order of the rows of (N, OD*OH, OW, Co)
+        dy = dy.reshape(dy.shape[0], dy.shape[1] * dy.shape[2], dy.shape[3], dy.shape[4])
     if dy.ndim != 4:
-        raise ValueError(f"dy: expected a 4-D NHWC array, got shape {dy.shape}")
+        raise ValueError(f"dy: expected a 4-D NHWC or 5-D NDHWC array, got shape {dy.shape}")
     acc = _Acc(_accumulator(dy.dtype, accumulation))
     Co = dy.shape[3]
     if Co == 0:
@@ -589,3 +594,178 @@ def separable_conv2d(x, depthwise_filter, pointwise_filter, strides=1, padding="
     """tf.nn.separable_conv2d: depthwise_conv2d rounded to x's dtype, then a 1x1 conv2d (bias fused there)."""
     y = depthwise_conv2d(x, depthwise_filter, strides, padding, dilations, accumulation=accumulation)
     return conv2d(y, pointwise_filter, 1, "VALID", 1, bias=bias, accumulation=accumulation)
+
+
+# ------------------------------------------------------ three spatial dimensions
+# Written out on their own (not through the 2-D functions), as an independent check of the kernels' 3-D
+# paths: arrays NDHWC, filters DHWIO; strides/dilations an int or (d, h, w); padding "SAME", "VALID" or
+# ((pf, pk), (pt, pb), (pl, pr)).
+
+def _triple(v, name):
+    if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+        v = (int(v),) * 3
+    try:
+        seq = tuple(int(e) for e in v)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected an int or 3 ints, got {v!r}") from None
+    if len(seq) != 3 or min(seq) < 1:
+        raise ValueError(f"{name}: expected an int or 3 ints >= 1, got {v!r}")
+    return seq
+
+
+class _Problem3:
+    """Validated shapes of one 3-D convolution; per axis (lo, hi, out) from the contract's notation."""
+
+    def __init__(self, x_shape, f_shape, strides, padding, dilations, x_name, f_name):
+        if len(x_shape) != 5:
+            raise ValueError(f"{x_name}: expected a 5-D NDHWC shape, got {tuple(x_shape)}")
+        if len(f_shape) != 5:
+            raise ValueError(f"{f_name}: expected a 5-D DHWIO shape, got {tuple(f_shape)}")
+        self.N, self.D, self.H, self.W, self.C = (int(v) for v in x_shape)
+        self.KD, self.KH, self.KW, self.Cg, self.Co = (int(v) for v in f_shape)
+        if min(self.KD, self.KH, self.KW, self.Cg) <= 0 or self.Co < 0:
+            raise ValueError(f"{f_name}: spatial and in-channel dimensions must be positive, got {tuple(f_shape)}")
+        if self.C == 0 or self.C % self.Cg != 0:
+            raise ValueError(f"{f_name}: input channels ({self.C}) must be a positive multiple of the filter's "
+                             f"in-channels ({self.Cg})")
+        self.G = self.C // self.Cg
+        if self.Co % self.G != 0:
+            raise ValueError(f"{f_name}: out-channels ({self.Co}) must be divisible by the number of groups")
+        self.Cog = self.Co // self.G
+        self.s = _triple(strides, "strides")
+        self.d = _triple(dilations, "dilations")
+        self.size = (self.D, self.H, self.W)
+        self.k = (self.KD, self.KH, self.KW)
+        if isinstance(padding, str):
+            if padding.upper() not in ("SAME", "VALID"):
+                raise ValueError(f"padding: expected 'SAME', 'VALID' or three (lo, hi) pairs, got {padding!r}")
+            pads = [(_same_1d(n, k, s, d) if padding.upper() == "SAME" else (0, 0))
+                    for n, k, s, d in zip(self.size, self.k, self.s, self.d)]
+        else:
+            pads = [tuple(int(v) for v in pair) for pair in padding]
+            if len(pads) != 3 or any(len(p) != 2 or min(p) < 0 for p in pads):
+                raise ValueError(f"padding: expected three (lo, hi) pairs >= 0, got {padding!r}")
+        self.pads = pads
+        self.out = tuple(max((n + lo + hi - (k - 1) * d - 1) // s + 1, 0) if n + lo + hi >= (k - 1) * d + 1 else 0
+                         for n, (lo, hi), k, s, d in zip(self.size, pads, self.k, self.s, self.d))
+        self.OD, self.OH, self.OW = self.out
+
+    @property
+    def y_shape(self):
+        return (self.N, self.OD, self.OH, self.OW, self.Co)
+
+    def cidx(self, i):
+        return (np.arange(self.Co) // self.Cog) * self.Cg + i
+
+    def padded(self, x64):
+        return np.pad(x64, ((0, 0), *self.pads, (0, 0)))
+
+
+def conv3d(x, f, strides=1, padding="VALID", dilations=1, *, bias=None, accumulation=None):
+    """y[n, od, oh, ow, o] = round(add(fold_{kd, kh, kw, i} fma(x, f, acc), bias))."""
+    x, f = _array(x, "x"), _array(f, "f")
+    _same_dtype(x.dtype, f=f)
+    if bias is not None:
+        bias = _array(bias, "bias")
+        _same_dtype(x.dtype, bias=bias)
+    acc = _Acc(_accumulator(x.dtype, accumulation))
+    pr = _Problem3(x.shape, f.shape, strides, padding, dilations, "x", "f")
+    if bias is not None and bias.shape != (pr.Co,):
+        raise ValueError(f"bias: expected shape ({pr.Co},), got {bias.shape}")
+    _check_subnormals()
+    xp = pr.padded(_to_acc(x))
+    f64 = _to_acc(f)
+    (sd, sh, sw), (dd, dh, dw) = pr.s, pr.d
+    y = acc.zeros(pr.y_shape)
+    with np.errstate(all="ignore"):
+        for kd in range(pr.KD):
+            slab = xp[:, kd * dd:kd * dd + (pr.OD - 1) * sd + 1:sd]
+            for kh in range(pr.KH):
+                rows = slab[:, :, kh * dh:kh * dh + (pr.OH - 1) * sh + 1:sh]
+                for kw in range(pr.KW):
+                    taps = rows[:, :, :, kw * dw:kw * dw + (pr.OW - 1) * sw + 1:sw]
+                    for i in range(pr.Cg):  # padded taps read +0: fma with +0
+                        y = acc.fma(taps[..., pr.cidx(i)], f64[kd, kh, kw, i], y)
+        if bias is not None:
+            y = acc.add(y, _to_acc(bias))
+    return _round_out(y, x.dtype)
+
+
+def conv3d_backprop_input(dy, f, input_shape, strides=1, padding="VALID", dilations=1, *, accumulation=None):
+    """dx[n, id, ih, iw, c] = round(fold_{kd, kh, kw, o in group(c) ascending} fma(dy, f, acc)), taps that
+    reach no output skipped."""
+    dy, f = _array(dy, "dy"), _array(f, "f")
+    _same_dtype(dy.dtype, f=f)
+    acc = _Acc(_accumulator(dy.dtype, accumulation))
+    pr = _Problem3(tuple(int(v) for v in input_shape), f.shape, strides, padding, dilations, "input_shape", "f")
+    if dy.shape != pr.y_shape:
+        raise ValueError(f"dy: expected shape {pr.y_shape} for this input_shape and filter, got {dy.shape}")
+    _check_subnormals()
+    dy64, f64 = _to_acc(dy), _to_acc(f)
+    c = np.arange(pr.C)
+    g, i_of_c = c // pr.Cg, c % pr.Cg
+    dx = acc.zeros((pr.N, pr.D, pr.H, pr.W, pr.C))
+
+    def out_index(axis, k):
+        t = np.arange(pr.size[axis]) + pr.pads[axis][0] - k * pr.d[axis]
+        ok = (t >= 0) & (t % pr.s[axis] == 0) & (t // pr.s[axis] < pr.out[axis])
+        return np.where(ok, t // pr.s[axis], 0), ok
+
+    with np.errstate(all="ignore"):
+        for kd in range(pr.KD):
+            od, ok_d = out_index(0, kd)
+            for kh in range(pr.KH):
+                oh, ok_h = out_index(1, kh)
+                for kw in range(pr.KW):
+                    ow, ok_w = out_index(2, kw)
+                    mask = (ok_d[:, None, None] & ok_h[None, :, None] & ok_w[None, None, :])[None, ..., None]
+                    if not mask.any():
+                        continue
+                    dyg = dy64[:, od[:, None, None], oh[None, :, None], ow[None, None, :], :]
+                    for j in range(pr.Cog):
+                        o = g * pr.Cog + j
+                        dx = np.where(mask, acc.fma(dyg[..., o], f64[kd, kh, kw, i_of_c, o], dx), dx)
+    return _round_out(dx, dy.dtype)
+
+
+def conv3d_backprop_filter(x, dy, filter_shape, strides=1, padding="VALID", dilations=1, *, accumulation=None):
+    """dw[kd, kh, kw, i, o]: chunked fold over r = ((n*OD + od)*OH + oh)*OW + ow, chunks added in order."""
+    x, dy = _array(x, "x"), _array(dy, "dy")
+    _same_dtype(x.dtype, dy=dy)
+    acc = _Acc(_accumulator(x.dtype, accumulation))
+    filter_shape = tuple(int(v) for v in filter_shape)
+    pr = _Problem3(x.shape, filter_shape, strides, padding, dilations, "x", "filter_shape")
+    if dy.shape != pr.y_shape:
+        raise ValueError(f"dy: expected shape {pr.y_shape} for this x and filter_shape, got {dy.shape}")
+    _check_subnormals()
+    R = pr.N * pr.OD * pr.OH * pr.OW
+    F = int(np.prod(filter_shape))
+    L, P = reduction_chunks(R, F) if F > 0 else (0, 0)
+    if P == 0:
+        return _round_out(acc.zeros(filter_shape), x.dtype)
+    xp = pr.padded(_to_acc(x))
+    dyr = _to_acc(dy).reshape(R, pr.Co)
+    (sd, sh, sw), (dd, dh, dw) = pr.s, pr.d
+    kd_off = (np.arange(pr.KD) * dd)[None, :, None, None]
+    kh_off = (np.arange(pr.KH) * dh)[None, None, :, None]
+    kw_off = (np.arange(pr.KW) * dw)[None, None, None, :]
+    cidx = np.stack([pr.cidx(i) for i in range(pr.Cg)])  # (Cg, Co)
+    first = np.arange(P) * L
+    part = acc.zeros((P,) + filter_shape)
+    with np.errstate(all="ignore"):
+        for j in range(L):
+            r = first + j
+            live = r < R
+            rc = np.minimum(r, R - 1)
+            ow, t = rc % pr.OW, rc // pr.OW
+            oh, t = t % pr.OH, t // pr.OH
+            od, n = t % pr.OD, t // pr.OD
+            e = (slice(None), None, None, None)
+            taps = xp[n[e], (od * sd)[e] + kd_off, (oh * sh)[e] + kh_off, (ow * sw)[e] + kw_off, :]
+            v = taps[..., cidx]  # (P, KD, KH, KW, Cg, Co), +0 in padding
+            new = acc.fma(v, dyr[rc][:, None, None, None, None, :], part)
+            part = np.where(live[:, None, None, None, None, None], new, part)
+        s = part[0]
+        for p in range(1, P):
+            s = acc.add(s, part[p])
+    return _round_out(s, x.dtype)

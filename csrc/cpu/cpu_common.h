@@ -60,13 +60,16 @@ constexpr i64 kPad = 64;
 // loads may run up to kPad elements past a pixel; that stays inside the
 // tensor except on its last row, which therefore comes from a padded copy.
 // So float32/float64 NHWC inputs are read in place, never copied whole.
+// With a row table, row k is table[k] instead: how a 3-D problem is handed
+// to the 2-D kernels as a taller 2-D one (dispatch.cc, "depth as rows").
 template <class T>
 struct Rows {
   const T* base;
   i64 len;       // elements per row
   i64 last;      // index of the last row
   const T* tail; // the last row, followed by kPad readable elements
-  const T* row(i64 k) const { return k == last ? tail : base + k * len; }
+  const T* const* table = nullptr;
+  const T* row(i64 k) const { return table ? table[k] : (k == last ? tail : base + k * len); }
 };
 
 // Kernel entry points of one ISA for one accumulator type A: x and dy as

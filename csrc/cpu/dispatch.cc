@@ -154,6 +154,57 @@ void with_kernels(const ConvProblem& p, Fn&& fn) {
   else fn(float(0), t.f32);
 }
 
+// ---------------------------------------------------------------- depth as rows
+// A 3-D problem's forward pass, filter and bias gradients run on the 2-D
+// kernels as a taller 2-D problem, bit for bit: image n2 = n*OD + od, whose
+// row oh*KD*KH + kd*KH + kh is the input row (n, od*sd + kd*dd - pf,
+// oh*sh + kh*dh - pt) or, in padding, a row of +0; filter height KD*KH, row
+// stride KD*KH, no row padding. Its fold over (kh2 = kd*KH + kh, kw, i) is
+// order.h's (kd, kh, kw, i), its r = (n2*OH + oh)*OW + ow is order.h's r (so
+// the chunks are the same), and its filter [KD*KH, KW, Cg, Co] is the 3-D
+// filter's memory. The rows are a table of pointers, not copies.
+bool three_d(const ConvProblem& p) { return p.D != 1 || p.KD != 1; }
+
+ConvProblem depth_as_rows(const ConvProblem& p, i64 images) {
+  ConvProblem q = p;
+  q.N = images * p.OD;
+  q.KH = p.KD * p.KH;
+  q.H = p.OH * q.KH;
+  q.sh = q.KH;
+  q.dh = 1;
+  q.pt = q.pb = 0;
+  q.D = q.KD = q.OD = 1;
+  q.sd = q.dd = 1;
+  q.pf = q.pk = 0;
+  return q;
+}
+
+template <class A>
+struct TallRows {
+  std::vector<const A*> table;
+  std::vector<A> zeros;
+  cpu::Rows<A> rows;
+};
+
+// The taller problem's rows for images [n0, n0 + images); x holds rows (n*D + id)*H + ih.
+template <class A>
+TallRows<A> tall_rows(const ConvProblem& p, const cpu::Rows<A>& x, i64 n0, i64 images) {
+  TallRows<A> t;
+  t.zeros.assign(p.W * p.C + cpu::kPad, A(0));
+  t.table.reserve(images * p.OD * p.OH * p.KD * p.KH);
+  for (i64 n = n0; n < n0 + images; ++n)
+    for (i64 od = 0; od < p.OD; ++od)
+      for (i64 oh = 0; oh < p.OH; ++oh)
+        for (i64 kd = 0; kd < p.KD; ++kd)
+          for (i64 kh = 0; kh < p.KH; ++kh) {
+            const i64 id = fprop_in_dep(p, od, kd), ih = fprop_in_row(p, oh, kh);
+            const bool inside = id >= 0 && id < p.D && ih >= 0 && ih < p.H;
+            t.table.push_back(inside ? x.row((n * p.D + id) * p.H + ih) : t.zeros.data());
+          }
+  t.rows = cpu::Rows<A>{nullptr, p.W * p.C, -1, nullptr, t.table.data()};
+  return t;
+}
+
 }  // namespace
 
 bool cpu_isa_supported(CpuIsa isa) {
@@ -196,15 +247,30 @@ double cpu_fma_peak_gflops(int threads) {
   return total / secs / 1e9;
 }
 
+// x and dy are read as 2-D (height D*H, OD*OH): the same rows for either layout.
 void fprop_cpu(const ConvProblem& p, const void* x, const void* f, const void* bias, void* y, const CpuExecutor& ex) {
   if (p.y_elems() == 0) return;
   with_kernels(p, [&](auto zero, const auto& k) {
     using A = decltype(zero);
-    const auto xa = make_rows<A>(x, p.dtype, p.layout, p.N, p.H, p.W, p.C, ex);
+    const auto xa = make_rows<A>(x, p.dtype, p.layout, p.N, p.D * p.H, p.W, p.C, ex);
     const auto fa = to_acc<A>(f, p.dtype, p.filter_elems());
     std::vector<A> ba;
     if (bias) ba = to_acc<A>(bias, p.dtype, p.Co);
-    k.fprop(p, xa.rows, fa.data(), bias ? ba.data() : nullptr, cpu::OutSpec{y, p.dtype, p.y_strides()}, ex);
+    const A* b = bias ? ba.data() : nullptr;
+    if (!three_d(p)) {
+      k.fprop(p, xa.rows, fa.data(), b, cpu::OutSpec{y, p.dtype, p.y_strides()}, ex);
+      return;
+    }
+    // Output image n2 = n*OD + od is at n2*s.d in NDHWC (one call); in NCDHW
+    // only within one n (one call per image).
+    const Strides4 ys = p.y_strides();
+    const i64 step = p.layout == Layout::kNCHW ? 1 : p.N;
+    for (i64 n0 = 0; n0 < p.N; n0 += step) {
+      const TallRows<A> t = tall_rows(p, xa.rows, n0, step);
+      void* base = static_cast<char*>(y) + n0 * ys.n * dtype_size(p.dtype);
+      k.fprop(depth_as_rows(p, step), t.rows, fa.data(), b, cpu::OutSpec{base, p.dtype, Strides4{ys.d, ys.h, ys.w, ys.c}},
+              ex);
+    }
   });
 }
 
@@ -212,9 +278,9 @@ void dgrad_cpu(const ConvProblem& p, const void* dy, const void* f, void* dx, co
   if (p.x_elems() == 0) return;
   with_kernels(p, [&](auto zero, const auto& k) {
     using A = decltype(zero);
-    const auto da = make_rows<A>(dy, p.dtype, p.layout, p.N, p.OH, p.OW, p.Co, ex);
+    const auto da = make_rows<A>(dy, p.dtype, p.layout, p.N, p.OD * p.OH, p.OW, p.Co, ex);
     const auto fa = to_acc<A>(f, p.dtype, p.filter_elems());
-    k.dgrad(p, da.rows, fa.data(), cpu::OutSpec{dx, p.dtype, p.x_strides()}, ex);
+    k.dgrad(p, da.rows, fa.data(), cpu::OutSpec{dx, p.dtype, p.x_strides()}, ex);  // depth-aware (kernels_impl.h)
   });
 }
 
@@ -222,9 +288,15 @@ void wgrad_cpu(const ConvProblem& p, const void* x, const void* dy, void* dw, co
   if (p.filter_elems() == 0) return;
   with_kernels(p, [&](auto zero, const auto& k) {
     using A = decltype(zero);
-    const auto xa = make_rows<A>(x, p.dtype, p.layout, p.N, p.H, p.W, p.C, ex);
-    const auto da = make_rows<A>(dy, p.dtype, p.layout, p.N, p.OH, p.OW, p.Co, ex);
-    k.wgrad(p, xa.rows, da.rows, cpu::OutSpec{dw, p.dtype, Strides4{0, 0, 0, 1}}, ex);
+    const auto xa = make_rows<A>(x, p.dtype, p.layout, p.N, p.D * p.H, p.W, p.C, ex);
+    const auto da = make_rows<A>(dy, p.dtype, p.layout, p.N, p.OD * p.OH, p.OW, p.Co, ex);
+    const cpu::OutSpec out{dw, p.dtype, Strides4{0, 0, 0, 1}};
+    if (!three_d(p)) {
+      k.wgrad(p, xa.rows, da.rows, out, ex);
+      return;
+    }
+    const TallRows<A> t = tall_rows(p, xa.rows, 0, p.N);
+    k.wgrad(depth_as_rows(p, p.N), t.rows, da.rows, out, ex);
   });
 }
 
@@ -232,8 +304,11 @@ void bgrad_cpu(const ConvProblem& p, const void* dy, void* db, const CpuExecutor
   if (p.Co == 0) return;
   with_kernels(p, [&](auto zero, const auto& k) {
     using A = decltype(zero);
-    const auto da = make_rows<A>(dy, p.dtype, p.layout, p.N, p.OH, p.OW, p.Co, ex);
-    k.bgrad(p, da.rows, cpu::OutSpec{db, p.dtype, Strides4{0, 0, 0, 1}}, ex);
+    const auto da = make_rows<A>(dy, p.dtype, p.layout, p.N, p.OD * p.OH, p.OW, p.Co, ex);
+    ConvProblem q = p;  // r = ((n*OD + od)*OH + oh)*OW + ow: depth joins the rows
+    q.OH = p.OD * p.OH;
+    q.OD = 1;
+    k.bgrad(q, da.rows, cpu::OutSpec{db, p.dtype, Strides4{0, 0, 0, 1}}, ex);
   });
 }
 

@@ -391,12 +391,12 @@ struct Kernels {
       if (valid[q]) fold(q);
   }
 
-  // For input pixels iw[q] (-1: none) of a row whose tap kh reaches output row
-  // oh: which of them tap kw reaches too, and the dy pixel (+off) each reaches.
+  // For input pixels iw[q] (-1: none) of a row whose tap reaches dy row
+  // `dy_row`: which of them tap kw reaches too, and the dy pixel (+off) each reaches.
   template <int P>
-  static void dgrad_tap_pixels(const ConvProblem& p, const Rows<T>& dy, i64 n, i64 oh, const i64 (&iw)[P], i64 kw,
+  static void dgrad_tap_pixels(const ConvProblem& p, const Rows<T>& dy, i64 dy_row, const i64 (&iw)[P], i64 kw,
                                i64 off, const T* (&dp)[P], bool (&valid)[P]) {
-    const T* row = dy.row(n * p.OH + oh) + off;
+    const T* row = dy.row(dy_row) + off;
     for (int q = 0; q < P; ++q) {
       const i64 ow = iw[q] >= 0 ? dgrad_out_col(p, iw[q], kw) : -1;
       valid[q] = ow >= 0;
@@ -404,34 +404,36 @@ struct Kernels {
     }
   }
 
-  // Dense: lanes over BW input channels i of one group.
+  // Dense: lanes over BW input channels i of one group. Also every 3-D
+  // problem's dx (any group size): depth is folded outermost, (kd, kh, kw, o).
   template <int P>
   static void dgrad_dense(const ConvProblem& p, const Rows<T>& dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
-    const i64 cog = p.Cog(), nb = ceil_div(p.Cg, BW), khw = p.KH * p.KW;
-    // wt[g][b][kh][kw][o_local][BW] = f[kh, kw, b*BW + lane, g*cog + o_local]
-    std::vector<T> wt(p.G * nb * khw * cog * BW);
+    const i64 cog = p.Cog(), nb = ceil_div(p.Cg, BW), taps = p.taps();
+    // wt[g][b][tap][o_local][BW] = f[tap, b*BW + lane, g*cog + o_local], tap = (kd*KH + kh)*KW + kw
+    std::vector<T> wt(p.G * nb * taps * cog * BW);
     for (i64 g = 0; g < p.G; ++g)
       for (i64 b = 0; b < nb; ++b)
-        for (i64 t = 0; t < khw; ++t)
+        for (i64 t = 0; t < taps; ++t)
           for (i64 ol = 0; ol < cog; ++ol)
             for (i64 l = 0; l < BW; ++l) {
               const i64 i = b * BW + l;
-              wt[(((g * nb + b) * khw + t) * cog + ol) * BW + l] =
+              wt[(((g * nb + b) * taps + t) * cog + ol) * BW + l] =
                   i < p.Cg ? f[(t * p.Cg + i) * p.Co + g * cog + ol] : T(0);
             }
     const PixelBlocks pb(p, P);
-    const i64 units = p.N * p.H * p.G * nb * pb.count();
+    const i64 units = p.N * p.D * p.H * p.G * nb * pb.count();
     const Strides4 xs = dx.s;
-    ex.parallel_for(units, khw * cog * BW * P, [&](i64 u0, i64 u1) {
+    ex.parallel_for(units, taps * cog * BW * P, [&](i64 u0, i64 u1) {
       FpEnvGuard guard;
       InnerCounter c(u0, pb.count());
-      i64 b = 0, g = 0, ih = 0, n = 0;
+      i64 b = 0, g = 0, ih = 0, id = 0, n = 0;
       for (i64 u = u0; u < u1; ++u, c.next()) {
         if (u == u0 || c.inner == 0) {
           i64 rem = c.outer;
           b = rem % nb; rem /= nb;
           g = rem % p.G; rem /= p.G;
-          ih = rem % p.H; n = rem / p.H;
+          ih = rem % p.H; rem /= p.H;
+          id = rem % p.D; n = rem / p.D;
         }
         const i64 wb = c.inner;
         i64 iw[P];
@@ -439,36 +441,40 @@ struct Kernels {
         R acc[P][NV];
         for (int q = 0; q < P; ++q)
           for (int j = 0; j < NV; ++j) acc[q][j] = V::zero();
-        for (i64 kh = 0; kh < p.KH; ++kh) {
-          const i64 oh = dgrad_out_row(p, ih, kh);
-          if (oh < 0) continue;
-          for (i64 kw = 0; kw < p.KW; ++kw) {
-            const T* dp[P];
-            bool valid[P];
-            dgrad_tap_pixels<P>(p, dy, n, oh, iw, kw, g * cog, dp, valid);
-            const T* w = wt.data() + ((g * nb + b) * khw + kh * p.KW + kw) * cog * BW;
-            // Same micro-kernel as the forward pass, over o_local instead of i.
-            for_valid_pixels<P>(valid, [&](int only) {
-              if (only < 0) {
-                micro(acc, dp, w, cog);
-                return;
-              }
-              for (int q = 0; q < P; ++q) {  // static q: acc stays in registers
-                if (q != only) continue;
-                R one[1][NV];
-                for (int j = 0; j < NV; ++j) one[0][j] = acc[q][j];
-                const T* const dq[1] = {dp[q]};
-                micro(one, dq, w, cog);
-                for (int j = 0; j < NV; ++j) acc[q][j] = one[0][j];
-              }
-            });
+        for (i64 kd = 0; kd < p.KD; ++kd) {
+          const i64 od = dgrad_out_dep(p, id, kd);
+          if (od < 0) continue;
+          for (i64 kh = 0; kh < p.KH; ++kh) {
+            const i64 oh = dgrad_out_row(p, ih, kh);
+            if (oh < 0) continue;
+            for (i64 kw = 0; kw < p.KW; ++kw) {
+              const T* dp[P];
+              bool valid[P];
+              dgrad_tap_pixels<P>(p, dy, (n * p.OD + od) * p.OH + oh, iw, kw, g * cog, dp, valid);
+              const T* w = wt.data() + ((g * nb + b) * taps + (kd * p.KH + kh) * p.KW + kw) * cog * BW;
+              // Same micro-kernel as the forward pass, over o_local instead of i.
+              for_valid_pixels<P>(valid, [&](int only) {
+                if (only < 0) {
+                  micro(acc, dp, w, cog);
+                  return;
+                }
+                for (int q = 0; q < P; ++q) {  // static q: acc stays in registers
+                  if (q != only) continue;
+                  R one[1][NV];
+                  for (int j = 0; j < NV; ++j) one[0][j] = acc[q][j];
+                  const T* const dq[1] = {dp[q]};
+                  micro(one, dq, w, cog);
+                  for (int j = 0; j < NV; ++j) acc[q][j] = one[0][j];
+                }
+              });
+            }
           }
         }
         for (int q = 0; q < P; ++q)
           for (int j = 0; j < NV; ++j) {
             if (iw[q] < 0) continue;
             const i64 i0 = b * BW + j * L;
-            put_lanes(dx, acc[q][j], xs.at(n, ih, iw[q], g * p.Cg + i0), xs.c, p.Cg - i0);
+            put_lanes(dx, acc[q][j], xs.at5(n, id, ih, iw[q], g * p.Cg + i0), xs.c, p.Cg - i0);
           }
       }
     });
@@ -505,7 +511,7 @@ struct Kernels {
       for (i64 kw = 0; kw < p.KW; ++kw) {
         const T* dp[P];
         bool valid[P];
-        dgrad_tap_pixels<P>(p, dy, n, oh, iw, kw, c0, dp, valid);
+        dgrad_tap_pixels<P>(p, dy, n * p.OH + oh, iw, kw, c0, dp, valid);
         bool all = true;
         for (int q = 0; q < P; ++q) all &= valid[q];
         for (i64 m = 0; m < cog; ++m) {
@@ -729,6 +735,10 @@ struct Kernels {
   }
 
   static void dgrad(const ConvProblem& p, const Rows<T>& dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
+    if (p.D != 1 || p.KD != 1) {  // three spatial dimensions: the depth-aware kernel
+      dgrad_dense<PW>(p, dy, f, dx, ex);
+      return;
+    }
     // Pixel lanes when channel lanes would be mostly empty (but not depthwise with many groups).
     if (p.Cg <= 4 && p.Cg * 2 <= L && (p.Cg > 1 || p.C * 2 <= L)) {
       switch (p.Cg) {

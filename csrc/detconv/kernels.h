@@ -38,8 +38,8 @@ const char* cpu_isa_name(CpuIsa isa);
 // at once (for reporting kernels' fraction of peak).
 double cpu_fma_peak_gflops(int threads);
 
-// The CPU kernels take 2-D problems (depth 1: D = KD = OD = 1, what the glue
-// builds today); the GPU kernels below also take three spatial dimensions.
+// Every kernel, CPU and GPU, takes one, two or three spatial dimensions (a
+// 2-D problem is depth 1, a 1-D one height 1 too).
 void fprop_cpu(const ConvProblem& p, const void* x, const void* f, const void* bias, void* y, const CpuExecutor& ex);
 void dgrad_cpu(const ConvProblem& p, const void* dy, const void* f, void* dx, const CpuExecutor& ex);
 void wgrad_cpu(const ConvProblem& p, const void* x, const void* dy, void* dw, const CpuExecutor& ex);

@@ -37,7 +37,9 @@ struct Runner {
   static absl::Status bgrad(OpKernelContext* ctx, const ConvProblem& p, const void* dy, void* db);
 };
 
-// Attributes shared by the convolution ops.
+// Attributes shared by the convolution ops of NS spatial dimensions (2: the
+// Conv2D ops, [h, w]; 3: the Conv3D ops, [d, h, w]).
+template <int NS>
 class ConvAttrs {
  public:
   explicit ConvAttrs(OpKernelConstruction* c) {
@@ -50,66 +52,87 @@ class ConvAttrs {
     OP_REQUIRES_OK(c, c->GetAttr("explicit_paddings", &ep));
     OP_REQUIRES_OK(c, c->GetAttr("data_format", &df));
     OP_REQUIRES_OK(c, c->GetAttr("accumulation", &acc));
-    OP_REQUIRES(c, st.size() == 2, absl::InvalidArgumentError("strides: expected 2 values [h, w]"));
-    OP_REQUIRES(c, dl.size() == 2, absl::InvalidArgumentError("dilations: expected 2 values [h, w]"));
-    OP_REQUIRES(c, st[0] >= 1 && st[1] >= 1, absl::InvalidArgumentError("strides: must be >= 1"));
-    OP_REQUIRES(c, dl[0] >= 1 && dl[1] >= 1, absl::InvalidArgumentError("dilations: must be >= 1"));
+    const std::string axes = NS == 3 ? "[d, h, w]" : "[h, w]";
+    OP_REQUIRES(c, st.size() == NS, absl::InvalidArgumentError("strides: expected " + std::to_string(NS) + " values " + axes));
+    OP_REQUIRES(c, dl.size() == NS, absl::InvalidArgumentError("dilations: expected " + std::to_string(NS) + " values " + axes));
+    for (int i = 0; i < NS; ++i) {
+      OP_REQUIRES(c, st[i] >= 1, absl::InvalidArgumentError("strides: must be >= 1"));
+      OP_REQUIRES(c, dl[i] >= 1, absl::InvalidArgumentError("dilations: must be >= 1"));
+    }
     mode_ = padding == "SAME" ? detconv::Padding::kSame
                               : (padding == "VALID" ? detconv::Padding::kValid : detconv::Padding::kExplicit);
+    std::vector<int64_t> pads(2 * NS, 0);
     if (mode_ == detconv::Padding::kExplicit) {
-      OP_REQUIRES(c, ep.size() == 4,
-                  absl::InvalidArgumentError("explicit_paddings: expected 4 values [top, bottom, left, right]"));
+      OP_REQUIRES(c, ep.size() == 2 * NS,
+                  absl::InvalidArgumentError("explicit_paddings: expected " + std::to_string(2 * NS) +
+                                             " values [before, after] per spatial axis " + axes));
       for (int64_t v : ep) OP_REQUIRES(c, v >= 0, absl::InvalidArgumentError("padding: explicit padding must be >= 0"));
-      base_.pt = ep[0]; base_.pb = ep[1]; base_.pl = ep[2]; base_.pr = ep[3];
+      pads = ep;
     } else {
       OP_REQUIRES(c, ep.empty(), absl::InvalidArgumentError("explicit_paddings: only allowed with padding='EXPLICIT'"));
     }
-    base_.sh = st[0]; base_.sw = st[1]; base_.dh = dl[0]; base_.dw = dl[1];
-    base_.layout = df == "NCHW" ? detconv::Layout::kNCHW : detconv::Layout::kNHWC;
+    const int h = NS - 2;  // index of the height axis in st/dl ([d,] h, w)
+    base_.sh = st[h]; base_.sw = st[h + 1]; base_.dh = dl[h]; base_.dw = dl[h + 1];
+    base_.pt = pads[2 * h]; base_.pb = pads[2 * h + 1]; base_.pl = pads[2 * h + 2]; base_.pr = pads[2 * h + 3];
+    if (NS == 3) {
+      base_.sd = st[0]; base_.dd = dl[0]; base_.pf = pads[0]; base_.pk = pads[1];
+    }
+    base_.layout = (df == "NCHW" || df == "NCDHW") ? detconv::Layout::kNCHW : detconv::Layout::kNHWC;
     base_.accum = acc == "float16" ? detconv::Accum::kFloat16 : detconv::Accum::kDefault;
   }
 
-  // Builds the problem from an input shape (in data_format order) and an HWIO filter shape.
+  // Builds the problem from an input shape (in data_format order) and a ([D]HWIO) filter shape.
   absl::Status problem(detconv::DType dt, const TensorShape& x, const TensorShape& f, ConvProblem* p) const {
-    if (x.dims() != 4) return absl::InvalidArgumentError("input: must be rank 4, got shape " + x.DebugString());
-    if (f.dims() != 4) return absl::InvalidArgumentError("filters: must be rank 4 (HWIO), got shape " + f.DebugString());
+    if (x.dims() != NS + 2)
+      return absl::InvalidArgumentError("input: must be rank " + std::to_string(NS + 2) + ", got shape " + x.DebugString());
+    if (f.dims() != NS + 2)
+      return absl::InvalidArgumentError("filters: must be rank " + std::to_string(NS + 2) + " (" +
+                                        (NS == 3 ? "DHWIO" : "HWIO") + "), got shape " + f.DebugString());
     *p = base_;
     p->dtype = dt;
     const bool cf = base_.layout == detconv::Layout::kNCHW;
+    const int s0 = cf ? 2 : 1;  // first spatial axis
     p->N = x.dim_size(0);
-    p->C = x.dim_size(cf ? 1 : 3);
-    p->H = x.dim_size(cf ? 2 : 1);
-    p->W = x.dim_size(cf ? 3 : 2);
-    p->KH = f.dim_size(0); p->KW = f.dim_size(1); p->Cg = f.dim_size(2); p->Co = f.dim_size(3);
+    p->C = x.dim_size(cf ? 1 : NS + 1);
+    if (NS == 3) p->D = x.dim_size(s0);
+    p->H = x.dim_size(s0 + NS - 2);
+    p->W = x.dim_size(s0 + NS - 1);
+    if (NS == 3) p->KD = f.dim_size(0);
+    p->KH = f.dim_size(NS - 2); p->KW = f.dim_size(NS - 1); p->Cg = f.dim_size(NS); p->Co = f.dim_size(NS + 1);
     const std::string err = detconv::finalize_problem(*p, mode_);
     if (!err.empty()) return absl::InvalidArgumentError(err);
     return absl::OkStatus();
   }
 
-  TensorShape out_shape(const ConvProblem& p) const { return shape4(p, p.OH, p.OW, p.Co); }
-  TensorShape in_shape(const ConvProblem& p) const { return shape4(p, p.H, p.W, p.C); }
+  TensorShape out_shape(const ConvProblem& p) const { return shape(p, p.OD, p.OH, p.OW, p.Co); }
+  TensorShape in_shape(const ConvProblem& p) const { return shape(p, p.D, p.H, p.W, p.C); }
   detconv::Layout layout() const { return base_.layout; }
 
  private:
-  static TensorShape shape4(const ConvProblem& p, i64 h, i64 w, i64 c) {
-    return p.layout == detconv::Layout::kNCHW ? TensorShape({p.N, c, h, w}) : TensorShape({p.N, h, w, c});
+  static TensorShape shape(const ConvProblem& p, i64 d, i64 h, i64 w, i64 c) {
+    const bool cf = p.layout == detconv::Layout::kNCHW;
+    if (NS == 3) return cf ? TensorShape({p.N, c, d, h, w}) : TensorShape({p.N, d, h, w, c});
+    return cf ? TensorShape({p.N, c, h, w}) : TensorShape({p.N, h, w, c});
   }
   ConvProblem base_;
   detconv::Padding mode_ = detconv::Padding::kValid;
 };
 
-// A user-given shape vector; a shape whose element count overflows is an
-// InvalidArgumentError, never TensorShape's fatal check.
-inline absl::Status shape_from_vector(const Tensor& t, const char* name, TensorShape* out) {
-  if (t.dims() != 1 || t.NumElements() != 4)
-    return absl::InvalidArgumentError(std::string(name) + ": must be a vector of 4 int32 values");
+// A user-given shape vector of `rank` sizes; a shape whose element count
+// overflows is an InvalidArgumentError, never TensorShape's fatal check.
+inline absl::Status shape_from_vector(const Tensor& t, const char* name, int rank, TensorShape* out) {
+  if (t.dims() != 1 || t.NumElements() != rank)
+    return absl::InvalidArgumentError(std::string(name) + ": must be a vector of " + std::to_string(rank) +
+                                      " int32 values");
   auto v = t.flat<int32_t>();
-  for (int i = 0; i < 4; ++i)
-    if (v(i) < 0) return absl::InvalidArgumentError(std::string(name) + ": sizes must be >= 0");
-  int64_t n;
-  if (!detconv::problem_detail::count({v(0), v(1), v(2), v(3)}, &n))
-    return absl::InvalidArgumentError(std::string(name) + ": the shape has too many elements");
-  return TensorShape::BuildTensorShape({v(0), v(1), v(2), v(3)}, out);
+  std::vector<int64_t> dims(v.data(), v.data() + rank);
+  for (int64_t d : dims)
+    if (d < 0) return absl::InvalidArgumentError(std::string(name) + ": sizes must be >= 0");
+  int64_t n = 1;
+  for (int64_t d : dims)
+    if (!detconv::problem_detail::count({n, d}, &n))
+      return absl::InvalidArgumentError(std::string(name) + ": the shape has too many elements");
+  return TensorShape::BuildTensorShape(dims, out);
 }
 
 inline absl::Status same_dtype(const Tensor& a, const Tensor& b, const char* name) {
@@ -117,10 +140,10 @@ inline absl::Status same_dtype(const Tensor& a, const Tensor& b, const char* nam
   return absl::OkStatus();
 }
 
-template <class Device, class T>
-class Conv2DOp : public OpKernel {
+template <class Device, class T, int NS>
+class ConvOp : public OpKernel {
  public:
-  explicit Conv2DOp(OpKernelConstruction* c) : OpKernel(c), attrs_(c) { OP_REQUIRES_OK(c, c->GetAttr("use_bias", &use_bias_)); }
+  explicit ConvOp(OpKernelConstruction* c) : OpKernel(c), attrs_(c) { OP_REQUIRES_OK(c, c->GetAttr("use_bias", &use_bias_)); }
   void Compute(OpKernelContext* ctx) override {
     const Tensor& x = ctx->input(0);
     const Tensor& f = ctx->input(1);
@@ -139,17 +162,17 @@ class Conv2DOp : public OpKernel {
   }
 
  private:
-  ConvAttrs attrs_;
+  ConvAttrs<NS> attrs_;
   bool use_bias_ = false;
 };
 
-template <class Device, class T>
-class Conv2DBackpropInputOp : public OpKernel {
+template <class Device, class T, int NS>
+class ConvBackpropInputOp : public OpKernel {
  public:
-  explicit Conv2DBackpropInputOp(OpKernelConstruction* c) : OpKernel(c), attrs_(c) {}
+  explicit ConvBackpropInputOp(OpKernelConstruction* c) : OpKernel(c), attrs_(c) {}
   void Compute(OpKernelContext* ctx) override {
     TensorShape xs;
-    OP_REQUIRES_OK(ctx, shape_from_vector(ctx->input(0), "input_sizes", &xs));
+    OP_REQUIRES_OK(ctx, shape_from_vector(ctx->input(0), "input_sizes", NS + 2, &xs));
     const Tensor& f = ctx->input(1);
     const Tensor& dy = ctx->input(2);
     ConvProblem p;
@@ -164,17 +187,17 @@ class Conv2DBackpropInputOp : public OpKernel {
   }
 
  private:
-  ConvAttrs attrs_;
+  ConvAttrs<NS> attrs_;
 };
 
-template <class Device, class T>
-class Conv2DBackpropFilterOp : public OpKernel {
+template <class Device, class T, int NS>
+class ConvBackpropFilterOp : public OpKernel {
  public:
-  explicit Conv2DBackpropFilterOp(OpKernelConstruction* c) : OpKernel(c), attrs_(c) {}
+  explicit ConvBackpropFilterOp(OpKernelConstruction* c) : OpKernel(c), attrs_(c) {}
   void Compute(OpKernelContext* ctx) override {
     const Tensor& x = ctx->input(0);
     TensorShape fs;
-    OP_REQUIRES_OK(ctx, shape_from_vector(ctx->input(1), "filter_sizes", &fs));
+    OP_REQUIRES_OK(ctx, shape_from_vector(ctx->input(1), "filter_sizes", NS + 2, &fs));
     const Tensor& dy = ctx->input(2);
     ConvProblem p;
     OP_REQUIRES_OK(ctx, attrs_.problem(DTypeOf<T>::v, x.shape(), fs, &p));
@@ -188,7 +211,7 @@ class Conv2DBackpropFilterOp : public OpKernel {
   }
 
  private:
-  ConvAttrs attrs_;
+  ConvAttrs<NS> attrs_;
 };
 
 template <class Device, class T>
@@ -205,17 +228,20 @@ class BiasGradOp : public OpKernel {
   }
   void Compute(OpKernelContext* ctx) override {
     const Tensor& dy = ctx->input(0);
-    OP_REQUIRES(ctx, dy.dims() == 4, absl::InvalidArgumentError("out_backprop: must be rank 4"));
+    const int rank = dy.dims();
+    OP_REQUIRES(ctx, rank == 4 || rank == 5, absl::InvalidArgumentError("out_backprop: must be rank 4 or 5"));
     const bool cf = layout_ == detconv::Layout::kNCHW;
-    // db only needs the output-shaped view of the problem: N, OH, OW, Co.
+    const int s0 = cf ? 2 : 1;  // first spatial axis
+    // db only needs the output-shaped view of the problem: N, (OD,) OH, OW, Co.
     ConvProblem p;
     p.layout = layout_;
     p.accum = accum_;
     p.dtype = DTypeOf<T>::v;
     p.N = dy.dim_size(0);
-    p.Co = dy.dim_size(cf ? 1 : 3);
-    p.OH = dy.dim_size(cf ? 2 : 1);
-    p.OW = dy.dim_size(cf ? 3 : 2);
+    p.Co = dy.dim_size(cf ? 1 : rank - 1);
+    if (rank == 5) p.OD = dy.dim_size(s0);
+    p.OH = dy.dim_size(s0 + rank - 4);
+    p.OW = dy.dim_size(s0 + rank - 3);
     Tensor* db = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({p.Co}), &db));
     if (p.Co == 0) return;
@@ -227,20 +253,23 @@ class BiasGradOp : public OpKernel {
   detconv::Accum accum_;
 };
 
-// Registers the four kernels of one device for one type.
-#define DETCONV_REGISTER_KERNELS(DEVICE_NAME, DEVICE, T)                                                   \
-  REGISTER_KERNEL_BUILDER(Name("DetConv>Conv2D").Device(DEVICE_NAME).TypeConstraint<T>("T"),               \
-                          ::detconv_tf::Conv2DOp<DEVICE, T>);                                               \
-  REGISTER_KERNEL_BUILDER(Name("DetConv>Conv2DBackpropInput")                                               \
+// Registers the kernels of one device for one type: the 2-D and 3-D ops, and BiasGrad (rank 4 or 5).
+#define DETCONV_REGISTER_CONV_KERNELS(DEVICE_NAME, DEVICE, T, NS, OPNAME)                                   \
+  REGISTER_KERNEL_BUILDER(Name("DetConv>" OPNAME).Device(DEVICE_NAME).TypeConstraint<T>("T"),               \
+                          ::detconv_tf::ConvOp<DEVICE, T, NS>);                                             \
+  REGISTER_KERNEL_BUILDER(Name("DetConv>" OPNAME "BackpropInput")                                           \
                               .Device(DEVICE_NAME)                                                          \
                               .TypeConstraint<T>("T")                                                       \
                               .HostMemory("input_sizes"),                                                   \
-                          ::detconv_tf::Conv2DBackpropInputOp<DEVICE, T>);                                  \
-  REGISTER_KERNEL_BUILDER(Name("DetConv>Conv2DBackpropFilter")                                              \
+                          ::detconv_tf::ConvBackpropInputOp<DEVICE, T, NS>);                                \
+  REGISTER_KERNEL_BUILDER(Name("DetConv>" OPNAME "BackpropFilter")                                          \
                               .Device(DEVICE_NAME)                                                          \
                               .TypeConstraint<T>("T")                                                       \
                               .HostMemory("filter_sizes"),                                                  \
-                          ::detconv_tf::Conv2DBackpropFilterOp<DEVICE, T>);                                 \
+                          ::detconv_tf::ConvBackpropFilterOp<DEVICE, T, NS>);
+#define DETCONV_REGISTER_KERNELS(DEVICE_NAME, DEVICE, T)                                                   \
+  DETCONV_REGISTER_CONV_KERNELS(DEVICE_NAME, DEVICE, T, 2, "Conv2D")                                        \
+  DETCONV_REGISTER_CONV_KERNELS(DEVICE_NAME, DEVICE, T, 3, "Conv3D")                                        \
   REGISTER_KERNEL_BUILDER(Name("DetConv>BiasGrad").Device(DEVICE_NAME).TypeConstraint<T>("T"),              \
                           ::detconv_tf::BiasGradOp<DEVICE, T>);
 
