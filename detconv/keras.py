@@ -30,7 +30,7 @@ from detconv._loader import load_ops as _load_ops
 _load_ops()
 
 __all__ = ["Conv1D", "Conv2D", "DepthwiseConv2D", "Conv2DTranspose", "Conv1DTranspose", "DepthwiseConv1D",
-           "SeparableConv1D", "SeparableConv2D", "convert", "report", "ConversionReport", "XLAUnsupportedError"]
+           "SeparableConv1D", "SeparableConv2D", "Conv3D", "Conv3DTranspose", "convert", "report", "ConversionReport", "XLAUnsupportedError"]
 
 _ACCUMULATIONS = (None, "float32", "float16")
 
@@ -242,7 +242,11 @@ def _transpose_call(layer, inputs):
     n = x.shape[0] if x.shape[0] is not None else dyn[0]
     dims = [n, *dynamic, layer.filters] if channels_last else [n, layer.filters, *dynamic]
     output_shape = tf.stack([tf.cast(d, tf.int32) for d in dims])
-    if rank == 1:
+    if rank == 3:
+        outputs = _ops.conv3d_transpose(x, kernel, output_shape, list(layer.strides), layer.padding.upper(),
+                                        data_format="NDHWC" if channels_last else "NCDHW",
+                                        dilations=list(layer.dilation_rate), accumulation=layer.accumulation)
+    elif rank == 1:
         outputs = _ops.conv1d_transpose(x, kernel, output_shape, list(layer.strides), layer.padding.upper(),
                                         data_format="NWC" if channels_last else "NCW",
                                         dilations=list(layer.dilation_rate), accumulation=layer.accumulation)
@@ -262,6 +266,36 @@ def _transpose_call(layer, inputs):
 @_stock_signature
 class Conv1DTranspose(_DetConvMixin, keras.layers.Conv1DTranspose):
     """keras.layers.Conv1DTranspose computed by detconv.conv1d_transpose (the bias is a separate add, as stock)."""
+
+    def __init__(self, *args, accumulation=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._det_init(accumulation)
+
+    def call(self, inputs):
+        return _transpose_call(self, inputs)
+
+
+@keras.saving.register_keras_serializable(package="detconv")
+@_stock_signature
+class Conv3D(_DetConvMixin, keras.layers.Conv3D):
+    """keras.layers.Conv3D computed by detconv.conv3d (bias fused, groups supported)."""
+
+    def __init__(self, *args, accumulation=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._det_init(accumulation)
+
+    def call(self, inputs):
+        x, kernel, bias = self._det_prepare(inputs)
+        outputs = _ops.conv3d(x, kernel, list(self.strides), self.padding.upper(),
+                              data_format="NDHWC" if self.data_format == "channels_last" else "NCDHW",
+                              dilations=list(self.dilation_rate), bias=bias, accumulation=self.accumulation)
+        return self._finish(outputs)
+
+
+@keras.saving.register_keras_serializable(package="detconv")
+@_stock_signature
+class Conv3DTranspose(_DetConvMixin, keras.layers.Conv3DTranspose):
+    """keras.layers.Conv3DTranspose computed by detconv.conv3d_transpose (the bias is a separate add, as stock)."""
 
     def __init__(self, *args, accumulation=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -357,6 +391,8 @@ _STOCK_TO_DET = {
     keras.layers.DepthwiseConv1D: DepthwiseConv1D,
     keras.layers.SeparableConv1D: SeparableConv1D,
     keras.layers.SeparableConv2D: SeparableConv2D,
+    keras.layers.Conv3D: Conv3D,
+    keras.layers.Conv3DTranspose: Conv3DTranspose,
 }
 _DET_CLASSES = tuple(_STOCK_TO_DET.values())
 
@@ -394,7 +430,6 @@ _UNCONTROLLED = {
     "softmax sum": ("Softmax",),
     "recurrent cell (matrix products)": ("LSTM", "GRU", "SimpleRNN", "RNN", "Bidirectional", "ConvLSTM1D",
                                          "ConvLSTM2D", "ConvLSTM3D"),
-    "stock convolution detconv has no drop-in for yet": ("Conv3D", "Conv3DTranspose"),
 }
 
 
@@ -461,8 +496,8 @@ def convert(model, accumulation=None, *, verbose=False):
     functional models, e.g. a ``keras.applications`` backbone, are converted
     too) or a single layer. Every ``keras.layers.Conv1D``, ``Conv2D``,
     ``DepthwiseConv1D``, ``DepthwiseConv2D``, ``SeparableConv1D``,
-    ``SeparableConv2D``, ``Conv1DTranspose`` and ``Conv2DTranspose`` (exact
-    class, not a user subclass) becomes the detconv layer with the same config,
+    ``SeparableConv2D``, ``Conv3D``, ``Conv1DTranspose``, ``Conv2DTranspose``
+    and ``Conv3DTranspose`` (exact class, not a user subclass) becomes the detconv layer with the same config,
     name and weights, plus ``accumulation``. Other layers are cloned with their
     weights; the original model is left untouched and shares no variables with
     the copy. detconv layers already present keep their own ``accumulation``.

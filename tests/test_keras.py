@@ -25,9 +25,12 @@ STOCK = {
     dk.DepthwiseConv1D: keras.layers.DepthwiseConv1D,
     dk.SeparableConv1D: keras.layers.SeparableConv1D,
     dk.SeparableConv2D: keras.layers.SeparableConv2D,
+    dk.Conv3D: keras.layers.Conv3D,
+    dk.Conv3DTranspose: keras.layers.Conv3DTranspose,
 }
 RANK1 = (dk.Conv1D, dk.Conv1DTranspose, dk.DepthwiseConv1D, dk.SeparableConv1D)
-TRANSPOSES = (dk.Conv1DTranspose, dk.Conv2DTranspose)
+RANK3 = (dk.Conv3D, dk.Conv3DTranspose)
+TRANSPOSES = (dk.Conv1DTranspose, dk.Conv2DTranspose, dk.Conv3DTranspose)
 ACTIVATIONS = (None, "relu", "tanh")
 
 
@@ -59,11 +62,11 @@ def _stride_dilation(rng, rank, both=False):
 
 def random_case(cls, rng):
     """(constructor kwargs, channels-last input shape) for one random layer config."""
-    rank = 1 if cls in RANK1 else 2
+    rank = 1 if cls in RANK1 else 3 if cls in RANK3 else 2
     kernel = tuple(int(v) for v in rng.integers(1, 4, rank))
     common = dict(kernel_size=kernel, use_bias=bool(rng.random() < 0.7), activation=_pick(rng, ACTIVATIONS),
                   data_format=_pick(rng, ("channels_last", "channels_first")))
-    if cls in (dk.Conv1D, dk.Conv2D):
+    if cls in (dk.Conv1D, dk.Conv2D, dk.Conv3D):
         strides, dil = _stride_dilation(rng, rank)
         groups = int(_pick(rng, (1, 1, 2, 3)))
         channels = groups * int(rng.integers(1, 4))
@@ -90,7 +93,7 @@ def random_case(cls, rng):
     spatial = []
     for i in range(rank):
         reach = (kernel[i] - 1) * kw["dilation_rate"][i] + 1
-        spatial.append(int(rng.integers(reach, reach + 6)))
+        spatial.append(int(rng.integers(reach, reach + (3 if rank == 3 else 6))))
     if cls in TRANSPOSES and kw.get("output_padding") is not None and kw["padding"] == "same":
         # Keep configs TensorFlow itself accepts: SAME needs ceil(out / s) == in.
         for i in range(rank):
@@ -156,6 +159,8 @@ def _op_output(layer, x, cast=None, accumulation=None):
         y = detconv.conv1d(x, kernel, strides, padding, fmt1, dil, bias=bias, **acc)
     elif isinstance(layer, dk.Conv2D):
         y = detconv.conv2d(x, kernel, strides, padding, fmt2, dil, bias=bias, **acc)
+    elif isinstance(layer, dk.Conv3D):  # through tf.nn.convolution's entry point
+        y = detconv.convolution(x, kernel, strides, padding, "NCDHW" if first else "NDHWC", dil, bias=bias, **acc)
     elif isinstance(layer, dk.DepthwiseConv2D):
         y = detconv.depthwise_conv2d(x, kernel, strides, padding, fmt2, dil, bias=bias, **acc)
     elif isinstance(layer, dk.DepthwiseConv1D):  # a conv1d with one group per channel
@@ -174,6 +179,8 @@ def _op_output(layer, x, cast=None, accumulation=None):
         out = list(layer.compute_output_shape(x.shape))
         if isinstance(layer, dk.Conv1DTranspose):
             y = detconv.conv1d_transpose(x, kernel, out, strides, padding, fmt1, dil, **acc)
+        elif isinstance(layer, dk.Conv3DTranspose):
+            y = detconv.conv3d_transpose(x, kernel, out, strides, padding, "NCDHW" if first else "NDHWC", dil, **acc)
         else:
             y = detconv.conv2d_transpose(x, kernel, out, strides, padding, fmt2, dil, **acc)
         if bias is not None:
@@ -204,6 +211,11 @@ EDGE_CASES = {
     dk.DepthwiseConv1D: [(dict(kernel_size=3, strides=2, padding="same", depth_multiplier=3), (2, 9, 2)),
                          (dict(kernel_size=2, dilation_rate=2, data_format="channels_first"), (1, 7, 4))],
     dk.SeparableConv1D: [(dict(filters=5, kernel_size=3, strides=2, padding="same", depth_multiplier=2), (2, 9, 3))],
+    dk.Conv3D: [(dict(filters=4, kernel_size=(2, 3, 3), strides=(1, 2, 2), padding="same", groups=2), (2, 4, 7, 6, 4)),
+                (dict(filters=3, kernel_size=2, dilation_rate=(2, 1, 2), data_format="channels_first"), (1, 5, 4, 6, 2))],
+    dk.Conv3DTranspose: [(dict(filters=3, kernel_size=3, strides=2, padding="same"), (1, 3, 4, 3, 2)),
+                         (dict(filters=2, kernel_size=(2, 3, 2), strides=(1, 2, 1), output_padding=(0, 1, 0),
+                               data_format="channels_first"), (2, 3, 3, 4, 3))],
     dk.SeparableConv2D: [(dict(filters=4, kernel_size=(3, 2), strides=(2, 1), padding="same", depth_multiplier=2,
                                data_format="channels_first", activation="relu"), (2, 7, 6, 3)),
                          (dict(filters=6, kernel_size=3, dilation_rate=2, use_bias=False), (1, 9, 8, 2))],
@@ -505,7 +517,7 @@ def test_convert_functional_with_branches_and_sharing(rng):
         _randomize(layer, rng)
     converted = dk.convert(model)
     _check_converted(model, converted)
-    assert type(converted.get_layer("c3")) is keras.layers.Conv3D  # not a detconv layer: left alone
+    assert type(converted.get_layer("c3")) is dk.Conv3D
     # The shared layer stays one (shared) layer in the copy.
     assert sum(1 for l in converted.layers if l.name == "shared") == 1
     assert len(converted.get_layer("shared")._inbound_nodes) == 2
@@ -604,8 +616,12 @@ def test_convert_every_layer_kind_and_report(rng, capsys):
     b = keras.layers.SeparableConv1D(4, 3, name="sep1d")(b)
     b = keras.layers.Conv1DTranspose(2, 3, strides=2, name="ct1d")(b)
     b = keras.layers.Flatten(name="flat")(b)
-    out = keras.layers.Dense(3, name="head")(keras.layers.Concatenate(name="cat")([a, b]))
-    model = keras.Model([inp2, inp1], out)
+    inp3 = keras.Input((4, 6, 6, 2))
+    c = keras.layers.Conv3D(3, 3, padding="same", name="conv3d")(inp3)
+    c = keras.layers.Conv3DTranspose(2, 2, strides=2, name="ct3d")(c)
+    c = keras.layers.Flatten(name="flat3")(c)
+    out = keras.layers.Dense(3, name="head")(keras.layers.Concatenate(name="cat")([a, b, c]))
+    model = keras.Model([inp2, inp1, inp3], out)
     for layer in model.layers:
         _randomize(layer, rng)
     converted = dk.convert(model, verbose=True)
@@ -613,13 +629,14 @@ def test_convert_every_layer_kind_and_report(rng, capsys):
     rep = converted.detconv_report
     kinds = {name: det for name, _, det in rep.swapped}
     assert kinds == {n: type(converted.get_layer(n)).__name__ for n in
-                     ("conv2d", "dw2d", "sep2d", "ct2d", "conv1d", "dw1d", "sep1d", "ct1d")}
+                     ("conv2d", "dw2d", "sep2d", "ct2d", "conv1d", "dw1d", "sep1d", "ct1d", "conv3d", "ct3d")}
     assert sorted(rep.detconv) == sorted(kinds) and not rep.unreplaced
     assert {name for name, _, _ in rep.uncontrolled} == {"bn", "gap2d", "head"}
     assert not rep.fully_controlled
     printed = capsys.readouterr().out
-    assert "swapped 8" in printed and "head: Dense" in printed and "bn: BatchNormalization" in printed
-    x = [rng.standard_normal((2, 12, 12, 3)).astype(np.float32), rng.standard_normal((2, 16, 4)).astype(np.float32)]
+    assert "swapped 10" in printed and "head: Dense" in printed and "bn: BatchNormalization" in printed
+    x = [rng.standard_normal((2, 12, 12, 3)).astype(np.float32), rng.standard_normal((2, 16, 4)).astype(np.float32),
+         rng.standard_normal((2, 4, 6, 6, 2)).astype(np.float32)]
     np.testing.assert_allclose(converted(x), model(x), rtol=1e-4, atol=1e-4)
     # a model of detconv layers and order-free layers only is fully controlled
     pure = dk.convert(keras.Sequential([keras.Input((8, 8, 2)), keras.layers.Conv2D(2, 3), keras.layers.ReLU(),

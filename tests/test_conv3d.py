@@ -1,0 +1,206 @@
+"""conv3d (forward, input/filter/bias gradients) against detconv.reference's independent 3-D functions, bit for
+bit, plus 3-D invariances (batch split, crop, thread count, ISA path, layout)."""
+
+import subprocess
+import zlib
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import detconv
+from detconv import reference as ref
+from detconv._loader import child_python_kwargs
+from conftest import assert_bits_equal
+from helpers import rand
+from test_ops import DTYPES
+
+# (name, x NDHWC, filter DHWIO, strides, dilations, padding (reference form))
+CASES = [
+    ("3x3x3-same", (2, 5, 6, 7, 3), (3, 3, 3, 3, 4), 1, 1, "SAME"),
+    ("strided-valid", (1, 7, 6, 5, 4), (3, 2, 3, 4, 6), (2, 1, 2), 1, "VALID"),
+    ("dilated-explicit", (2, 6, 5, 6, 4), (3, 3, 2, 4, 5), 1, (2, 1, 2), ((1, 2), (0, 1), (2, 0))),
+    ("groups2", (1, 5, 6, 6, 8), (2, 3, 3, 4, 6), (1, 2, 1), 1, "SAME"),
+    ("depthwise-s2", (2, 5, 5, 5, 6), (3, 3, 3, 1, 6), 2, 1, "SAME"),
+    ("pointwise", (2, 3, 4, 5, 12), (1, 1, 1, 12, 10), 1, 1, "VALID"),
+    ("temporal-only", (1, 8, 3, 4, 5), (4, 1, 1, 5, 3), (2, 1, 1), (1, 1, 1), ((2, 1), (0, 0), (0, 0))),
+    ("wide-rows", (1, 3, 4, 23, 16), (3, 3, 3, 16, 16), 1, 1, "SAME"),
+]
+
+
+def tf_padding(padding, channels_first=False):
+    if isinstance(padding, str):
+        return padding
+    pairs = [list(p) for p in padding]
+    return [[0, 0], [0, 0], *pairs] if channels_first else [[0, 0], *pairs, [0, 0]]
+
+
+def run_all(x, f, b, dy, strides, dilations, padding, accumulation=None, channels_first=False):
+    """y, dx, dw, db through tf.GradientTape (NDHWC arrays in and out)."""
+    to_cf = (lambda a: np.moveaxis(a, -1, 1)) if channels_first else (lambda a: a)
+    from_cf = (lambda a: np.moveaxis(a, 1, -1)) if channels_first else (lambda a: a)
+    xt, ft, bt, dyt = tf.constant(to_cf(x)), tf.constant(f), tf.constant(b), tf.constant(to_cf(dy))
+    with tf.GradientTape() as tape:
+        tape.watch([xt, ft, bt])
+        y = detconv.conv3d(xt, ft, strides, tf_padding(padding, channels_first),
+                           "NCDHW" if channels_first else "NDHWC", dilations, bias=bt, accumulation=accumulation)
+    dx, df, db = tape.gradient(y, [xt, ft, bt], output_gradients=dyt)
+    return [np.ascontiguousarray(from_cf(y.numpy())), np.ascontiguousarray(from_cf(dx.numpy())), df.numpy(),
+            db.numpy()]
+
+
+def reference_all(x, f, b, dy, strides, dilations, padding, accumulation=None):
+    return [ref.conv3d(x, f, strides, padding, dilations, bias=b, accumulation=accumulation),
+            ref.conv3d_backprop_input(dy, f, x.shape, strides, padding, dilations, accumulation=accumulation),
+            ref.conv3d_backprop_filter(x, dy, f.shape, strides, padding, dilations, accumulation=accumulation),
+            ref.bias_grad(dy, accumulation=accumulation)]
+
+
+def _inputs(seed, case, dtype):
+    r = np.random.default_rng(seed)
+    _, xs, fs, st, dl, pad = case
+    x, f, b = rand(r, xs, dtype), rand(r, fs, dtype), rand(r, (fs[-1],), dtype)
+    y_shape = ref.conv3d(np.zeros(xs, np.float32), np.zeros(fs, np.float32), st, pad, dl).shape
+    return x, f, b, rand(r, y_shape, dtype)
+
+
+NAMES = ("y", "dx", "dw", "db")
+
+
+@pytest.mark.parametrize("dtype,acc", DTYPES, ids=[f"{d}-{a or 'default'}" for d, a in DTYPES])
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_matches_reference(case, dtype, acc):
+    x, f, b, dy = _inputs(zlib_seed(case[0], dtype), case, dtype)
+    got = run_all(x, f, b, dy, *case[3:], accumulation=acc)
+    for name, g, w in zip(NAMES, got, reference_all(x, f, b, dy, *case[3:], accumulation=acc)):
+        assert_bits_equal(g, w, f"{case[0]} {dtype} {acc} {name}")
+
+
+def zlib_seed(*parts):
+    return zlib.crc32(repr(parts).encode())
+
+
+@pytest.mark.parametrize("case", CASES[::2], ids=[c[0] for c in CASES[::2]])
+def test_ncdhw_same_bits(case):
+    x, f, b, dy = _inputs(3, case, "float32")
+    for name, a, c in zip(NAMES, run_all(x, f, b, dy, *case[3:]), run_all(x, f, b, dy, *case[3:],
+                                                                            channels_first=True)):
+        assert_bits_equal(c, a, f"{case[0]} NCDHW {name}")
+
+
+def test_every_isa_path_same_bits():
+    results = {}
+    try:
+        for isa in detconv.cpu_isa(supported=True):
+            assert detconv.set_cpu_isa(isa)
+            for case in (CASES[0], CASES[3], CASES[4], CASES[7]):
+                for dtype, acc in (("float32", None), ("float16", "float16"), ("float64", None)):
+                    x, f, b, dy = _inputs(11, case, dtype)
+                    results.setdefault((case[0], dtype), []).append((isa, run_all(x, f, b, dy, *case[3:],
+                                                                                  accumulation=acc)))
+    finally:
+        detconv.set_cpu_isa("auto")
+    for key, runs in results.items():
+        (isa0, first), rest = runs[0], runs[1:]
+        for isa, out in rest:
+            for name, a, c in zip(NAMES, first, out):
+                assert_bits_equal(c, a, f"{key} {name}: {isa} vs {isa0}")
+
+
+def test_batch_split_and_crop_invariance():
+    r = np.random.default_rng(5)
+    x = rand(r, (4, 6, 7, 8, 5), "float32")
+    f = rand(r, (3, 3, 3, 5, 6), "float32")
+    full = detconv.conv3d(x, f, 1, "SAME").numpy()
+    for n in range(4):  # every image alone is the same bits as in the batch
+        assert_bits_equal(detconv.conv3d(x[n:n + 1], f, 1, "SAME").numpy(), full[n:n + 1], f"image {n}")
+    assert_bits_equal(detconv.conv3d(x[1:3], f, 1, "SAME").numpy(), full[1:3], "half batch")
+    valid = detconv.conv3d(x, f, 1, "VALID").numpy()
+    crop = detconv.conv3d(x[:, 1:5, 2:7, 1:6], f, 1, "VALID").numpy()
+    assert_bits_equal(crop, valid[:, 1:3, 2:5, 1:4], "crop")
+
+
+_THREAD_SCRIPT = r"""
+import hashlib, sys
+import numpy as np, tensorflow as tf
+tf.config.threading.set_intra_op_parallelism_threads(int(sys.argv[1]))
+tf.config.threading.set_inter_op_parallelism_threads(1)
+import detconv
+r = np.random.default_rng(2)
+x = tf.constant(r.standard_normal((2, 6, 9, 10, 8)).astype(np.float32))
+f = tf.constant(r.standard_normal((3, 3, 3, 8, 12)).astype(np.float32))
+b = tf.constant(r.standard_normal(12).astype(np.float32))
+with tf.GradientTape() as t:
+    t.watch([x, f, b])
+    y = detconv.conv3d(x, f, [1, 2, 1], "SAME", bias=b)
+    loss = tf.reduce_sum(y * y)
+h = hashlib.sha256()
+for a in [y] + t.gradient(loss, [x, f, b]):
+    h.update(a.numpy().tobytes())
+print(h.hexdigest())
+"""
+
+
+def test_thread_count_invariance():
+    hashes = set()
+    for threads in (1, 2, 5):
+        out = subprocess.run([sys.executable, "-c", _THREAD_SCRIPT, str(threads)], capture_output=True, text=True,
+                             timeout=300, **child_python_kwargs(log_level="3"))
+        assert out.returncode == 0, out.stderr[-2000:]
+        hashes.add(out.stdout.strip().splitlines()[-1])
+    assert len(hashes) == 1
+
+
+def test_conv3d_transpose_and_tf():
+    r = np.random.default_rng(8)
+    dy = rand(r, (2, 3, 4, 4, 6), "float32")
+    f = rand(r, (3, 3, 3, 4, 6), "float32")
+    out_shape = (2, 6, 8, 8, 4)
+    got = detconv.conv3d_transpose(dy, f, out_shape, 2, "SAME").numpy()
+    assert_bits_equal(got, ref.conv3d_backprop_input(dy, f, out_shape, 2, "SAME"), "conv3d_transpose")
+    np.testing.assert_allclose(got, tf.nn.conv3d_transpose(dy, f, out_shape, [1, 2, 2, 2, 1], "SAME"),
+                               rtol=1e-5, atol=1e-5)
+    x = rand(r, (2, 6, 8, 8, 4), "float32")
+    np.testing.assert_allclose(detconv.conv3d(x, f, [1, 2, 2, 2, 1], "SAME"),
+                               tf.nn.conv3d(x, f, [1, 2, 2, 2, 1], "SAME"), rtol=1e-5, atol=1e-5)
+    assert_bits_equal(detconv.convolution(x, f, 2, "SAME").numpy(), detconv.conv3d(x, f, 2, "SAME").numpy(),
+                      "convolution rank 5")
+
+
+def test_second_order_gradients():
+    r = np.random.default_rng(9)
+    x, f = tf.constant(rand(r, (1, 4, 5, 5, 2), "float64")), tf.constant(rand(r, (2, 3, 2, 2, 3), "float64"))
+    with tf.GradientTape() as outer:
+        outer.watch([x, f])
+        with tf.GradientTape() as inner:
+            inner.watch([x, f])
+            loss = tf.reduce_sum(detconv.conv3d(x, f, 1, "SAME") ** 2)
+        gx = inner.gradient(loss, x)
+        s = tf.reduce_sum(gx * gx)
+    hx, hf = outer.gradient(s, [x, f])
+    with tf.GradientTape() as outer:
+        outer.watch([x, f])
+        with tf.GradientTape() as inner:
+            inner.watch([x, f])
+            loss = tf.reduce_sum(tf.nn.conv3d(x, f, [1] * 5, "SAME") ** 2)
+        gx = inner.gradient(loss, x)
+        s = tf.reduce_sum(gx * gx)
+    sx, sf = outer.gradient(s, [x, f])
+    np.testing.assert_allclose(hx, sx, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(hf, sf, rtol=1e-9, atol=1e-9)
+
+
+def test_bad_3d_arguments():
+    x, f = np.ones((1, 4, 4, 4, 3), np.float32), np.ones((2, 2, 2, 3, 2), np.float32)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="filters"):
+        detconv.conv3d(x, f[:, :, :, :2], 1, "SAME")
+    with pytest.raises(ValueError, match="strides"):
+        detconv.conv3d(x, f, [1, 2], "SAME")
+    with pytest.raises(ValueError, match="data_format"):
+        detconv.conv3d(x, f, 1, "SAME", data_format="NHWC")
+    with pytest.raises(tf.errors.InvalidArgumentError, match="input"):
+        detconv.conv3d(x[0], f, 1, "SAME")
+    assert detconv.conv3d(x, f, 1, "VALID").shape == (1, 3, 3, 3, 2)
+    assert detconv.conv3d(np.ones((1, 1, 4, 4, 3), np.float32), np.ones((3, 1, 1, 3, 2), np.float32), 1,
+                          "VALID").shape == (1, 0, 4, 4, 2)
