@@ -1,4 +1,4 @@
-"""Times detconv against tf.nn.conv2d on ResNet-50 and MobileNet layer shapes (CPU).
+"""Times detconv against tf.nn on ResNet-50, MobileNet, Xception (separable) and C3D (3-D) layer shapes (CPU).
 
 Both run in this one process with the same intra-op thread count: forward,
 input gradient and filter gradient, each timed as the median of several runs
@@ -18,23 +18,26 @@ import statistics
 import sys
 import time
 
-# name, H(=W), C, Co, K, stride, depthwise
+# name, H(=W), C, Co, K, stride, kind ("conv", "dw" depthwise, "sep" separable, "3d": depth D, batch B)
 LAYERS = (
-    ("stem 7x7/2 224 3->64", 224, 3, 64, 7, 2, False),
-    ("3x3 56 64->64", 56, 64, 64, 3, 1, False),
-    ("3x3 28 128->128", 28, 128, 128, 3, 1, False),
-    ("3x3 14 256->256", 14, 256, 256, 3, 1, False),
-    ("3x3 7 512->512", 7, 512, 512, 3, 1, False),
-    ("1x1 56 256->64", 56, 256, 64, 1, 1, False),
-    ("1x1 56 64->256", 56, 64, 256, 1, 1, False),
-    ("1x1 14 1024->256", 14, 1024, 256, 1, 1, False),
-    ("1x1 7 2048->512", 7, 2048, 512, 1, 1, False),
-    ("dw3x3 112 32", 112, 32, 32, 3, 1, True),
-    ("dw3x3/2 112 96", 112, 96, 96, 3, 2, True),
-    ("dw3x3 56 144", 56, 144, 144, 3, 1, True),
+    ("stem 7x7/2 224 3->64", 224, 3, 64, 7, 2, "conv"),
+    ("3x3 56 64->64", 56, 64, 64, 3, 1, "conv"),
+    ("3x3 28 128->128", 28, 128, 128, 3, 1, "conv"),
+    ("3x3 14 256->256", 14, 256, 256, 3, 1, "conv"),
+    ("3x3 7 512->512", 7, 512, 512, 3, 1, "conv"),
+    ("1x1 56 256->64", 56, 256, 64, 1, 1, "conv"),
+    ("1x1 56 64->256", 56, 64, 256, 1, 1, "conv"),
+    ("1x1 14 1024->256", 14, 1024, 256, 1, 1, "conv"),
+    ("1x1 7 2048->512", 7, 2048, 512, 1, 1, "conv"),
+    ("dw3x3 112 32", 112, 32, 32, 3, 1, "dw"),
+    ("dw3x3/2 112 96", 112, 96, 96, 3, 2, "dw"),
+    ("dw3x3 56 144", 56, 144, 144, 3, 1, "dw"),
+    ("sep3x3 19 728->728", 19, 728, 728, 3, 1, "sep"),       # Xception middle flow
+    ("3d 3x3x3 16x56 64->64 b2", 56, 64, 64, 3, 1, "3d"),   # C3D / I3D block: depth 16, batch 2
 )
+DEPTH_3D, BATCH_3D = 16, 2
 QUICK_LAYERS = ("3x3 28 128->128", "1x1 14 1024->256", "dw3x3 56 144")
-SMOKE_LAYER = ("smoke 3x3 8 8->8", 8, 8, 8, 3, 1, False)
+SMOKE_LAYER = ("smoke 3x3 8 8->8", 8, 8, 8, 3, 1, "conv")
 PASSES = ("fwd", "dx", "dw")
 _PASS_ALIASES = {"fwd": "fwd", "forward": "fwd", "dx": "dx", "input": "dx", "bwd_input": "dx",
                  "dw": "dw", "filter": "dw", "bwd_filter": "dw"}
@@ -100,18 +103,39 @@ def _cells(tf, dc, layer, batch, dtype, accumulation, rng):
     """{pass: (flops, tf_fn, dc_fn)} for one layer; each fn returns a tensor (CPU eager ops run synchronously)."""
     import numpy as np
 
-    name, H, C, Co, K, s, depthwise = layer
+    name, H, C, Co, K, s, kind = layer
+
+    def t(shape, scale=1.0):
+        return tf.cast(tf.constant((rng.standard_normal(shape) * scale).astype(np.float32)), dtype)
+
     OH = -(-H // s)
-    x = tf.cast(tf.constant(rng.standard_normal((batch, H, H, C)).astype(np.float32)), dtype)
-    dy = tf.cast(tf.constant(rng.standard_normal((batch, OH, OH, Co)).astype(np.float32)), dtype)
-    x_shape = tf.constant([batch, H, H, C], tf.int32)
     acc = dict(accumulation=accumulation)
-    if depthwise:
-        f_dw = tf.cast(tf.constant(rng.standard_normal((K, K, C, 1)).astype(np.float32)), dtype)
-        f = tf.reshape(f_dw, [K, K, 1, C])  # the same filter as a grouped conv (groups = C)
+    st4 = [1, s, s, 1]
+    if kind == "3d":
+        D, n = DEPTH_3D, BATCH_3D
+        OD = -(-D // s)
+        x, dy = t((n, D, H, H, C)), t((n, OD, OH, OH, Co))
+        f = t((K, K, K, C, Co), 1 / math.sqrt(K ** 3 * C))
+        x_shape, f_shape, st5 = tf.constant([n, D, H, H, C]), tf.constant([K, K, K, C, Co]), [1, s, s, s, 1]
+        flops = 2 * n * OD * OH * OH * Co * K ** 3 * C
+        tf_fns = {
+            "fwd": lambda: tf.nn.conv3d(x, f, st5, "SAME"),
+            "dx": lambda: tf.raw_ops.Conv3DBackpropInputV2(input_sizes=x_shape, filter=f, out_backprop=dy,
+                                                           strides=st5, padding="SAME"),
+            "dw": lambda: tf.raw_ops.Conv3DBackpropFilterV2(input=x, filter_sizes=f_shape, out_backprop=dy,
+                                                            strides=st5, padding="SAME"),
+        }
+        dc_fns = {
+            "fwd": lambda: dc.conv3d(x, f, s, "SAME", **acc),
+            "dx": lambda: dc.conv3d_backprop_input(x_shape, f, dy, s, "SAME", **acc),
+            "dw": lambda: dc.conv3d_backprop_filter(x, f_shape, dy, s, "SAME", **acc),
+        }
+        return {p: (flops, tf_fns[p], dc_fns[p]) for p in PASSES}
+    x, dy = t((batch, H, H, C)), t((batch, OH, OH, Co))
+    x_shape = tf.constant([batch, H, H, C], tf.int32)
+    if kind == "dw":
+        f_dw = t((K, K, C, 1))
         dw_shape = tf.constant([K, K, C, 1], tf.int32)
-        f_shape = tf.constant([K, K, 1, C], tf.int32)
-        st4 = [1, s, s, 1]
         flops = 2 * batch * OH * OH * C * K * K
         tf_fns = {
             "fwd": lambda: tf.nn.depthwise_conv2d(x, f_dw, st4, "SAME"),
@@ -120,20 +144,47 @@ def _cells(tf, dc, layer, batch, dtype, accumulation, rng):
         }
         dc_fns = {
             "fwd": lambda: dc.depthwise_conv2d(x, f_dw, st4, "SAME", **acc),
-            "dx": lambda: dc.conv2d_backprop_input(x_shape, f, dy, s, "SAME", **acc),
-            "dw": lambda: dc.conv2d_backprop_filter(x, f_shape, dy, s, "SAME", **acc),
+            "dx": lambda: dc.depthwise_conv2d_backprop_input(x_shape, f_dw, dy, s, "SAME", **acc),
+            "dw": lambda: dc.depthwise_conv2d_backprop_filter(x, dw_shape, dy, s, "SAME", **acc),
+        }
+    elif kind == "sep":
+        # depthwise (K x K, multiplier 1) then pointwise; dx and dw chain the two layers' gradients
+        f_dw, f_pw = t((K, K, C, 1)), t((1, 1, C, Co), 1 / math.sqrt(C))
+        dw_shape, pw_shape = tf.constant([K, K, C, 1]), tf.constant([1, 1, C, Co])
+        mid_shape = tf.constant([batch, OH, OH, C])
+        mid = tf.nn.depthwise_conv2d(x, f_dw, st4, "SAME")
+        flops = 2 * batch * OH * OH * C * (K * K + Co)
+
+        def tf_dmid():
+            return tf.raw_ops.Conv2DBackpropInput(input_sizes=mid_shape, filter=f_pw, out_backprop=dy,
+                                                  strides=[1, 1, 1, 1], padding="VALID")
+
+        def dc_dmid():
+            return dc.conv2d_backprop_input(mid_shape, f_pw, dy, 1, "VALID", **acc)
+
+        tf_fns = {
+            "fwd": lambda: tf.nn.separable_conv2d(x, f_dw, f_pw, st4, "SAME"),
+            "dx": lambda: tf.nn.depthwise_conv2d_backprop_input(x_shape, f_dw, tf_dmid(), st4, "SAME"),
+            "dw": lambda: (tf.raw_ops.Conv2DBackpropFilter(input=mid, filter_sizes=pw_shape, out_backprop=dy,
+                                                           strides=[1, 1, 1, 1], padding="VALID"),
+                           tf.nn.depthwise_conv2d_backprop_filter(x, dw_shape, tf_dmid(), st4, "SAME"))[1],
+        }
+        dc_fns = {
+            "fwd": lambda: dc.separable_conv2d(x, f_dw, f_pw, s, "SAME", **acc),
+            "dx": lambda: dc.depthwise_conv2d_backprop_input(x_shape, f_dw, dc_dmid(), s, "SAME", **acc),
+            "dw": lambda: (dc.conv2d_backprop_filter(mid, pw_shape, dy, 1, "VALID", **acc),
+                           dc.depthwise_conv2d_backprop_filter(x, dw_shape, dc_dmid(), s, "SAME", **acc))[1],
         }
     else:
-        f = tf.cast(tf.constant((rng.standard_normal((K, K, C, Co)) / math.sqrt(K * K * C)).astype(np.float32)),
-                    dtype)
+        f = t((K, K, C, Co), 1 / math.sqrt(K * K * C))
         f_shape = tf.constant([K, K, C, Co], tf.int32)
         flops = 2 * batch * OH * OH * Co * K * K * C
         tf_fns = {
             "fwd": lambda: tf.nn.conv2d(x, f, s, "SAME"),
             "dx": lambda: tf.raw_ops.Conv2DBackpropInput(input_sizes=x_shape, filter=f, out_backprop=dy,
-                                                         strides=[1, s, s, 1], padding="SAME"),
+                                                         strides=st4, padding="SAME"),
             "dw": lambda: tf.raw_ops.Conv2DBackpropFilter(input=x, filter_sizes=f_shape, out_backprop=dy,
-                                                          strides=[1, s, s, 1], padding="SAME"),
+                                                          strides=st4, padding="SAME"),
         }
         dc_fns = {
             "fwd": lambda: dc.conv2d(x, f, s, "SAME", **acc),
