@@ -23,6 +23,7 @@ import warnings
 import keras
 import tensorflow as tf
 
+from detconv import _args
 from detconv import ops as _ops
 from detconv._loader import load_ops as _load_ops
 
@@ -32,7 +33,6 @@ _load_ops()
 __all__ = ["Conv1D", "Conv2D", "DepthwiseConv2D", "Conv2DTranspose", "Conv1DTranspose", "DepthwiseConv1D",
            "SeparableConv1D", "SeparableConv2D", "Conv3D", "Conv3DTranspose", "convert", "report", "ConversionReport", "XLAUnsupportedError"]
 
-_ACCUMULATIONS = (None, "float32", "float16")
 
 
 class XLAUnsupportedError(RuntimeError):
@@ -49,7 +49,7 @@ def _in_xla_context():
 
 
 def _check_accumulation(accumulation):
-    if accumulation not in _ACCUMULATIONS:
+    if accumulation not in _args.ACCUMULATIONS:
         raise ValueError(f"accumulation: expected None, 'float32' or 'float16', got {accumulation!r}")
     return accumulation
 

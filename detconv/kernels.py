@@ -7,13 +7,17 @@ library's current stream - and returns an array of the same kind. Results are
 bit-identical to :mod:`detconv.reference` and to the TensorFlow ops (numerics
 contract, order version ``ORDER_VERSION``).
 
-Parameters mirror :mod:`detconv.reference`: arrays are NHWC (logical layout)
-and filters HWIO; ``strides`` and ``dilations`` are an int or an (h, w) pair;
-``padding`` is "SAME", "VALID" or ``((pt, pb), (pl, pr))``; groups are
-inferred (input channels = groups * filter in-channels). Extra keywords:
+Parameters mirror :mod:`detconv.reference`: arrays are NHWC (NDHWC for the
+3-D functions) and filters HWIO (DHWIO); ``strides`` and ``dilations`` are an
+int, one value per spatial axis, or tf.nn's form with batch and channel
+entries; ``padding`` is "SAME", "VALID" or one ``(before, after)`` pair per
+spatial axis (``((pt, pb), (pl, pr))``); groups are inferred (input channels =
+groups * filter in-channels). The forms are detconv's one set
+(``detconv._args``). Extra keywords:
 
-* ``data_format="NHWC" | "NCHW"``: memory layout of the input- and
-  output-shaped arrays (and of ``input_shape``); never changes a bit;
+* ``data_format="NHWC" | "NCHW"`` (3-D: ``"NDHWC" | "NCDHW"``): memory layout
+  of the input- and output-shaped arrays (and of ``input_shape``); never
+  changes a bit;
 * ``threads``: CPU threads (default: all hardware threads).
 
 GPU work is asynchronous on the caller's current stream, like any CuPy or
@@ -25,12 +29,17 @@ import numbers
 
 import numpy as np
 
+from detconv import _args
+
 __all__ = [
     "ORDER_VERSION",
     "conv2d",
     "conv2d_backprop_input",
     "conv2d_backprop_filter",
     "bias_grad",
+    "conv3d",
+    "conv3d_backprop_input",
+    "conv3d_backprop_filter",
     "cuda_available",
     "cpu_isa",
     "set_cpu_isa",
@@ -259,121 +268,59 @@ def _int(v, name):
     return int(v)
 
 
-def _layout(data_format):
-    if data_format not in ("NHWC", "NCHW"):
-        raise ValueError(f"data_format: expected 'NHWC' or 'NCHW', got {data_format!r}")
-    return data_format
-
-
-def _pair(v, name, data_format):
-    """int, (h, w), or TensorFlow's 4 values in the data format's order (batch and channel 1)."""
-    if isinstance(v, numbers.Integral) and not isinstance(v, bool):
-        v = (int(v), int(v))
-    try:
-        seq = tuple(v)
-    except TypeError:
-        raise TypeError(f"{name}: expected an int or a pair of ints, got {v!r}") from None
-    if not all(isinstance(s, numbers.Integral) and not isinstance(s, bool) for s in seq):
-        raise TypeError(f"{name}: expected ints, got {v!r}")
-    if len(seq) == 4:
-        n, h, w, c = (seq[0], seq[1], seq[2], seq[3]) if data_format == "NHWC" else (seq[0], seq[2], seq[3], seq[1])
-        if n != 1 or c != 1:
-            raise ValueError(f"{name}: batch and channel entries must be 1, got {v!r}")
-        seq = (h, w)
-    if len(seq) == 1:
-        seq = (seq[0], seq[0])
-    if len(seq) != 2:
-        raise ValueError(f"{name}: expected an int or a pair of ints, got {v!r}")
-    h, w = int(seq[0]), int(seq[1])
-    if h < 1 or w < 1:
-        raise ValueError(f"{name}: must be >= 1, got {v!r}")
-    return h, w
-
-
-def _padding(padding, data_format):
-    """-> (mode, pt, pb, pl, pr)."""
-    if isinstance(padding, str):
-        mode = padding.upper()
-        if mode not in ("SAME", "VALID"):
-            raise ValueError(f"padding: expected 'SAME', 'VALID' or ((pt, pb), (pl, pr)), got {padding!r}")
-        return mode, 0, 0, 0, 0
-    try:
-        pairs = [tuple(p) for p in padding]
-    except TypeError:
-        raise ValueError(f"padding: expected 'SAME', 'VALID' or ((pt, pb), (pl, pr)), got {padding!r}") from None
-    if len(pairs) == 4:  # TensorFlow's explicit form, in the data format's order
-        n, h, w, c = pairs if data_format == "NHWC" else (pairs[0], pairs[2], pairs[3], pairs[1])
-        if tuple(n) != (0, 0) or tuple(c) != (0, 0):
-            raise ValueError(f"padding: batch and channel padding must be 0, got {padding!r}")
-        pairs = [h, w]
-    if len(pairs) != 2 or any(len(p) != 2 for p in pairs):
-        raise ValueError(f"padding: expected 'SAME', 'VALID' or ((pt, pb), (pl, pr)), got {padding!r}")
-    vals = [v for p in pairs for v in p]
-    if not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in vals):
-        raise ValueError(f"padding: explicit padding must be ints, got {padding!r}")
-    if min(vals) < 0:
-        raise ValueError(f"padding: explicit padding must be >= 0, got {padding!r}")
-    return ("EXPLICIT", *(int(v) for v in vals))
-
-
-def _accum(dtype, accumulation):
-    if accumulation is None:
-        return ""
-    if accumulation == "float32":
-        if dtype == "float64":
-            raise ValueError("accumulation: 'float32' is not available for float64 inputs "
-                             "(they accumulate in float64)")
-        return ""
-    if accumulation == "float16":
-        if dtype != "float16":
-            raise ValueError(f"accumulation: 'float16' needs float16 inputs, got {dtype}")
-        return "float16"
-    raise ValueError(f"accumulation: expected None, 'float32' or 'float16', got {accumulation!r}")
-
-
-def _nhwc(shape, data_format, name):
-    shape = tuple(int(d) for d in shape)
-    if len(shape) != 4:
-        raise ValueError(f"{name}: expected a 4-D {data_format} shape, got {shape}")
-    if data_format == "NCHW":
-        n, c, h, w = shape
-        return n, h, w, c
-    return shape
-
-
-def _in_format(n, h, w, c, data_format):
-    return (n, h, w, c) if data_format == "NHWC" else (n, c, h, w)
-
-
-def _shape_arg(v, name):
-    try:
-        s = tuple(v)
-    except TypeError:
-        raise TypeError(f"{name}: expected 4 ints, got {v!r}") from None
-    if len(s) != 4:
-        raise ValueError(f"{name}: expected 4 ints, got {v!r}")
-    return tuple(_int(d, name) for d in s)
-
-
-def _problem(x_nhwc, f_shape, strides, padding, dilations, data_format, dtype, accum, x_name, f_name):
-    N, H, W, C = x_nhwc
-    if len(f_shape) != 4:
-        raise ValueError(f"{f_name}: expected a 4-D HWIO shape, got {tuple(f_shape)}")
-    KH, KW, Cg, Co = (int(d) for d in f_shape)
-    if min(N, H, W, C) < 0:
-        raise ValueError(f"{x_name}: negative dimension in {x_nhwc}")
-    if min(KH, KW, Cg) <= 0 or Co < 0:
-        raise ValueError(f"{f_name}: spatial and in-channel dimensions must be positive, got {tuple(f_shape)}")
+def _problem(x_logical, f_shape, strides, padding, dilations, data_format, ndims, dtype, accumulation, x_name,
+             f_name):
+    """A finalized native Problem. x_logical is (N, D, H, W, C); f_shape is the filter's ([D]HWIO) shape."""
+    N, D, H, W, C = x_logical
+    if len(f_shape) != ndims + 2:
+        raise ValueError(f"{f_name}: expected a {ndims + 2}-D {'DHWIO' if ndims == 3 else 'HWIO'} shape, "
+                         f"got {tuple(f_shape)}")
+    fs = tuple(int(d) for d in f_shape)
+    KD, (KH, KW, Cg, Co) = (fs[0] if ndims == 3 else 1), fs[-4:]
+    if min(N, D, H, W, C) < 0:
+        raise ValueError(f"{x_name}: negative dimension")
+    if min(KD, KH, KW, Cg) <= 0 or Co < 0:
+        raise ValueError(f"{f_name}: spatial and in-channel dimensions must be positive, got {fs}")
     if C == 0 or C % Cg != 0:
         raise ValueError(f"{f_name}: input channels ({C}) must be a positive multiple of the filter's "
                          f"in-channels ({Cg})")
     if Co % (C // Cg) != 0:
         raise ValueError(f"{f_name}: out-channels ({Co}) must be divisible by the number of groups ({C // Cg})")
-    sh, sw = _pair(strides, "strides", data_format)
-    dh, dw = _pair(dilations, "dilations", data_format)
-    mode, pt, pb, pl, pr = _padding(padding, data_format)
-    return _native().Problem(N, H, W, C, KH, KW, Cg, Co, sh, sw, dh, dw, mode, pt, pb, pl, pr,
-                             data_format, dtype, accum)
+    st = [1] * (3 - ndims) + _args.spatial(strides, "strides", data_format, ndims)
+    dl = [1] * (3 - ndims) + _args.spatial(dilations, "dilations", data_format, ndims)
+    mode, explicit = _args.padding(padding, data_format, ndims, exact_case=False)
+    pads = [0] * (6 - len(explicit)) + explicit if explicit else [0] * 6
+    accum = _args.accumulation(accumulation, dtype)
+    layout = "NHWC" if _args.channels_last(data_format) else "NCHW"
+    return _native().Problem(N, H, W, C, KH, KW, Cg, Co, st[1], st[2], dl[1], dl[2], mode, *pads[2:], layout, dtype,
+                             "" if accum == "default" else accum, D=D, KD=KD, sd=st[0], dd=dl[0], pf=pads[0],
+                             pk=pads[1])
+
+
+def _logical(shape, data_format, name, ndims):
+    """An input- or output-shaped array's shape in data_format -> (N, D, H, W, C) (D = 1 below three dims)."""
+    shape = tuple(int(d) for d in shape)
+    if len(shape) != ndims + 2:
+        raise ValueError(f"{name}: expected a {ndims + 2}-D {data_format} shape, got {shape}")
+    n, c, sp = (shape[0], shape[-1], shape[1:-1]) if _args.channels_last(data_format) else \
+        (shape[0], shape[1], shape[2:])
+    sp = (1,) * (3 - ndims) + sp
+    return (n, *sp, c)
+
+
+def _in_format(n, d, h, w, c, data_format, ndims):
+    sp = (d, h, w)[3 - ndims:]
+    return (n, *sp, c) if _args.channels_last(data_format) else (n, c, *sp)
+
+
+def _shape_arg(v, name, rank):
+    try:
+        s = tuple(v)
+    except TypeError:
+        raise TypeError(f"{name}: expected {rank} ints, got {v!r}") from None
+    if len(s) != rank:
+        raise ValueError(f"{name}: expected {rank} ints, got {v!r}")
+    return tuple(_int(d, name) for d in s)
 
 
 def _threads(threads):
@@ -386,22 +333,20 @@ def _threads(threads):
 
 
 # ------------------------------------------------------------- computations
+# One implementation per computation for 1-D... 3-D problems (ndims); the public functions name the rank.
 
-def conv2d(x, f, strides=1, padding="VALID", dilations=1, *, bias=None, accumulation=None,
-           data_format="NHWC", threads=None):
-    """y[n, oh, ow, o] = round(add(fold_{kh, kw, i} fma(x, f, acc), bias)), same kind as x."""
-    data_format = _layout(data_format)
+def _fprop(ndims, x, f, strides, padding, dilations, bias, accumulation, data_format, threads):
+    data_format = _args.data_format(data_format, ndims)
     be, a, dtype = _arrays(x=x, f=f, bias=bias)
     x, f, bias = a["x"], a["f"], a["bias"]
-    accum = _accum(dtype, accumulation)
-    p = _problem(_nhwc(x.shape, data_format, "x"), tuple(f.shape), strides, padding, dilations, data_format,
-                 dtype, accum, "x", "f")
+    p = _problem(_logical(x.shape, data_format, "x", ndims), tuple(f.shape), strides, padding, dilations,
+                 data_format, ndims, dtype, accumulation, "x", "f")
     if bias is not None and tuple(bias.shape) != (p.Co,):
         raise ValueError(f"bias: expected shape ({p.Co},), got {tuple(bias.shape)}")
     nthreads = _threads(threads)
     k = _native()
     with be.device(x):
-        y = be.empty(_in_format(p.N, p.OH, p.OW, p.Co, data_format), x)
+        y = be.empty(_in_format(p.N, p.OD, p.OH, p.OW, p.Co, data_format, ndims), x)
         bptr = be.ptr(bias) if bias is not None else 0
         if be.gpu:
             _need_gpu(k)
@@ -411,23 +356,20 @@ def conv2d(x, f, strides=1, padding="VALID", dilations=1, *, bias=None, accumula
     return y
 
 
-def conv2d_backprop_input(dy, f, input_shape, strides=1, padding="VALID", dilations=1, *, accumulation=None,
-                          data_format="NHWC", threads=None):
-    """dx[n, ih, iw, c] = round(fold_{kh, kw, o in group(c)} fma(dy, f, acc)); input_shape in data_format."""
-    data_format = _layout(data_format)
+def _dgrad(ndims, dy, f, input_shape, strides, padding, dilations, accumulation, data_format, threads):
+    data_format = _args.data_format(data_format, ndims)
     be, a, dtype = _arrays(dy=dy, f=f)
     dy, f = a["dy"], a["f"]
-    accum = _accum(dtype, accumulation)
-    x_nhwc = _nhwc(_shape_arg(input_shape, "input_shape"), data_format, "input_shape")
-    p = _problem(x_nhwc, tuple(f.shape), strides, padding, dilations, data_format, dtype, accum,
+    x_logical = _logical(_shape_arg(input_shape, "input_shape", ndims + 2), data_format, "input_shape", ndims)
+    p = _problem(x_logical, tuple(f.shape), strides, padding, dilations, data_format, ndims, dtype, accumulation,
                  "input_shape", "f")
-    want = _in_format(p.N, p.OH, p.OW, p.Co, data_format)
+    want = _in_format(p.N, p.OD, p.OH, p.OW, p.Co, data_format, ndims)
     if tuple(dy.shape) != want:
         raise ValueError(f"dy: expected shape {want} for this input_shape and filter, got {tuple(dy.shape)}")
     nthreads = _threads(threads)
     k = _native()
     with be.device(dy):
-        dx = be.empty(_in_format(*x_nhwc, data_format), dy)
+        dx = be.empty(_in_format(*x_logical, data_format, ndims), dy)
         if be.gpu:
             _need_gpu(k)
             k.dgrad_gpu(p, be.ptr(dy), be.ptr(f), be.ptr(dx), be.stream(dy))
@@ -436,17 +378,14 @@ def conv2d_backprop_input(dy, f, input_shape, strides=1, padding="VALID", dilati
     return dx
 
 
-def conv2d_backprop_filter(x, dy, filter_shape, strides=1, padding="VALID", dilations=1, *, accumulation=None,
-                           data_format="NHWC", threads=None):
-    """dw[kh, kw, i, o]: the contract's chunked fold over (n, oh, ow); filter_shape is HWIO."""
-    data_format = _layout(data_format)
+def _wgrad(ndims, x, dy, filter_shape, strides, padding, dilations, accumulation, data_format, threads):
+    data_format = _args.data_format(data_format, ndims)
     be, a, dtype = _arrays(x=x, dy=dy)
     x, dy = a["x"], a["dy"]
-    accum = _accum(dtype, accumulation)
-    filter_shape = _shape_arg(filter_shape, "filter_shape")
-    p = _problem(_nhwc(x.shape, data_format, "x"), filter_shape, strides, padding, dilations, data_format,
-                 dtype, accum, "x", "filter_shape")
-    want = _in_format(p.N, p.OH, p.OW, p.Co, data_format)
+    filter_shape = _shape_arg(filter_shape, "filter_shape", ndims + 2)
+    p = _problem(_logical(x.shape, data_format, "x", ndims), filter_shape, strides, padding, dilations, data_format,
+                 ndims, dtype, accumulation, "x", "filter_shape")
+    want = _in_format(p.N, p.OD, p.OH, p.OW, p.Co, data_format, ndims)
     if tuple(dy.shape) != want:
         raise ValueError(f"dy: expected shape {want} for this x and filter_shape, got {tuple(dy.shape)}")
     nthreads = _threads(threads)
@@ -463,23 +402,65 @@ def conv2d_backprop_filter(x, dy, filter_shape, strides=1, padding="VALID", dila
     return dw
 
 
+def conv2d(x, f, strides=1, padding="VALID", dilations=1, *, bias=None, accumulation=None,
+           data_format="NHWC", threads=None):
+    """y[n, oh, ow, o] = round(add(fold_{kh, kw, i} fma(x, f, acc), bias)), same kind as x."""
+    return _fprop(2, x, f, strides, padding, dilations, bias, accumulation, data_format, threads)
+
+
+def conv2d_backprop_input(dy, f, input_shape, strides=1, padding="VALID", dilations=1, *, accumulation=None,
+                          data_format="NHWC", threads=None):
+    """dx[n, ih, iw, c] = round(fold_{kh, kw, o in group(c)} fma(dy, f, acc)); input_shape in data_format."""
+    return _dgrad(2, dy, f, input_shape, strides, padding, dilations, accumulation, data_format, threads)
+
+
+def conv2d_backprop_filter(x, dy, filter_shape, strides=1, padding="VALID", dilations=1, *, accumulation=None,
+                           data_format="NHWC", threads=None):
+    """dw[kh, kw, i, o]: the contract's chunked fold over (n, oh, ow); filter_shape is HWIO."""
+    return _wgrad(2, x, dy, filter_shape, strides, padding, dilations, accumulation, data_format, threads)
+
+
+def conv3d(x, f, strides=1, padding="VALID", dilations=1, *, bias=None, accumulation=None,
+           data_format="NDHWC", threads=None):
+    """y[n, od, oh, ow, o] = round(add(fold_{kd, kh, kw, i} fma(x, f, acc), bias)); filters DHWIO."""
+    return _fprop(3, x, f, strides, padding, dilations, bias, accumulation, data_format, threads)
+
+
+def conv3d_backprop_input(dy, f, input_shape, strides=1, padding="VALID", dilations=1, *, accumulation=None,
+                          data_format="NDHWC", threads=None):
+    """dx[n, id, ih, iw, c] = round(fold_{kd, kh, kw, o in group(c)} fma(dy, f, acc))."""
+    return _dgrad(3, dy, f, input_shape, strides, padding, dilations, accumulation, data_format, threads)
+
+
+def conv3d_backprop_filter(x, dy, filter_shape, strides=1, padding="VALID", dilations=1, *, accumulation=None,
+                           data_format="NDHWC", threads=None):
+    """dw[kd, kh, kw, i, o]: the contract's chunked fold over (n, od, oh, ow); filter_shape is DHWIO."""
+    return _wgrad(3, x, dy, filter_shape, strides, padding, dilations, accumulation, data_format, threads)
+
+
 def bias_grad(dy, *, accumulation=None, data_format="NHWC", threads=None):
-    """db[o]: the contract's chunked sum of dy over (n, oh, ow)."""
-    data_format = _layout(data_format)
+    """db[o]: the contract's chunked sum of dy over n and its spatial axes (rank 4 or 5; data_format says where
+    the channels are: NHWC/NDHWC last, NCHW/NCDHW first)."""
     be, a, dtype = _arrays(dy=dy)
     dy = a["dy"]
-    accum = _accum(dtype, accumulation)
-    if len(dy.shape) != 4:
-        raise ValueError(f"dy: expected a 4-D {data_format} array, got shape {tuple(dy.shape)}")
-    N, OH, OW, Co = _nhwc(dy.shape, data_format, "dy")
+    ndims = len(dy.shape) - 2
+    if ndims not in (2, 3):
+        raise ValueError(f"dy: expected a 4-D or 5-D array, got shape {tuple(dy.shape)}")
+    if data_format in _args.DATA_FORMATS[5 - ndims]:  # NHWC for a 5-D array: the same channel position
+        data_format = _args.DATA_FORMATS[ndims][_args.DATA_FORMATS[5 - ndims].index(data_format)]
+    data_format = _args.data_format(data_format, ndims)
+    accum = _args.accumulation(accumulation, dtype)
+    N, OD, OH, OW, Co = _logical(dy.shape, data_format, "dy", ndims)
     nthreads = _threads(threads)
     k = _native()
     with be.device(dy):
         db = be.empty((Co,), dy)
         if Co == 0:
             return db
-        # A 1x1 VALID problem whose output is dy: R = N*OH*OW and F = Co as the contract says.
-        p = k.Problem(N, OH, OW, Co, 1, 1, Co, Co, 1, 1, 1, 1, "VALID", 0, 0, 0, 0, data_format, dtype, accum)
+        # A 1x1 VALID problem whose output is dy: R = N*OD*OH*OW and F = Co as the contract says.
+        p = k.Problem(N, OH, OW, Co, 1, 1, Co, Co, 1, 1, 1, 1, "VALID", 0, 0, 0, 0,
+                      "NHWC" if _args.channels_last(data_format) else "NCHW", dtype,
+                      "" if accum == "default" else accum, D=OD)
         if be.gpu:
             _need_gpu(k)
             nbytes = p.bgrad_gpu_workspace_bytes

@@ -6,11 +6,11 @@ order, so its bits depend only on the input bits and the problem shape.
 
 import ctypes
 import functools
-import numbers
 
 import numpy as np
 import tensorflow as tf
 
+from detconv import _args
 from detconv._loader import load_ops, ops_library_path
 
 load_ops()  # registers the DetConv> ops (and so their gradients below) with TensorFlow
@@ -63,85 +63,11 @@ def _tf_nn_errors(fn):
     return wrapper
 
 
-def _int_value(v, name):
-    """One stride/dilation entry: ints of any kind (Python, NumPy) and integral floats, as tf.nn accepts them.
-
-    A non-integral float, which tf.nn silently truncates, is a ValueError here; strings are a TypeError.
-    """
-    if isinstance(v, (str, bytes)):
-        raise TypeError(f"{name}: expected integers, got the string {v!r}")
-    if isinstance(v, numbers.Integral):
-        return int(v)
-    if isinstance(v, numbers.Real):
-        if not float(v).is_integer():
-            raise ValueError(f"{name}: expected integers, got {v!r} (tf.nn would truncate it; detconv does not)")
-        return int(v)
-    raise TypeError(f"{name}: expected an int or a list of ints, got {v!r}")
-
-
-def _int_list(value, name):
-    if isinstance(value, (str, bytes)):
-        raise TypeError(f"{name}: expected an int or a list of ints, got the string {value!r}")
-    if isinstance(value, numbers.Number) or (hasattr(value, "ndim") and getattr(value, "ndim") == 0):
-        return [_int_value(value.item() if hasattr(value, "item") else value, name)]
-    try:
-        items = list(value)
-    except TypeError:
-        raise TypeError(f"{name}: expected an int or a list of ints, got {value!r}") from None
-    return [_int_value(v, name) for v in items]
-
-
-def _spatial(value, name, data_format, ndims=2, default=1):
-    """Normalizes tf.nn's int / list of 1, N or N+2 forms to N spatial values."""
-    if value is None:
-        return [default] * ndims
-    vals = _int_list(value, name)
-    if len(vals) == 1:
-        vals = vals * ndims
-    elif len(vals) == ndims + 2:
-        channels_last = data_format.endswith("C")
-        batch_ch = (vals[0], vals[-1]) if channels_last else (vals[0], vals[1])
-        if batch_ch != (1, 1):
-            raise ValueError(f"{name}: the batch and channel entries must be 1, got {vals}")
-        vals = vals[1:-1] if channels_last else vals[2:]
-    elif len(vals) != ndims:
-        raise ValueError(f"{name}: expected an int or a list of 1, {ndims} or {ndims + 2} ints, got {vals}")
-    if any(v < 1 for v in vals):
-        raise ValueError(f"{name}: must be >= 1, got {vals}")
-    return vals
-
-
-def _padding(padding, data_format, ndims=2):
-    """Returns (mode, explicit [lo, hi, ...] per spatial axis)."""
-    if isinstance(padding, (str, bytes)):
-        mode = padding.decode() if isinstance(padding, bytes) else padding
-        if mode not in ("SAME", "VALID"):  # as tf.nn: the spelling is exact
-            raise _invalid(f"padding: expected 'SAME', 'VALID' or a list of pairs, got {padding!r}")
-        return mode, []
-    try:
-        pairs = [[int(a), int(b)] for a, b in padding]
-    except (TypeError, ValueError):
-        raise ValueError(f"padding: expected 'SAME', 'VALID' or a list of [before, after] pairs, got {padding!r}") from None
-    if len(pairs) == ndims + 2:
-        channels_last = data_format.endswith("C")
-        outer = [pairs[0], pairs[-1]] if channels_last else pairs[:2]
-        if any(p != [0, 0] for p in outer):
-            raise ValueError(f"padding: the batch and channel dimensions cannot be padded, got {pairs}")
-        pairs = pairs[1:-1] if channels_last else pairs[2:]
-    elif len(pairs) != ndims:
-        raise ValueError(f"padding: expected {ndims} or {ndims + 2} [before, after] pairs, got {pairs}")
-    flat = [v for p in pairs for v in p]
-    if any(v < 0 for v in flat):  # tf.nn: InvalidArgumentError
-        raise _invalid(f"padding: explicit padding must be >= 0, got {pairs}")
-    return "EXPLICIT", flat
-
-
-def _data_format(data_format, allowed, name="data_format"):
-    if data_format is None:
-        return allowed[0]
-    if data_format not in allowed:
-        raise ValueError(f"{name}: expected one of {allowed}, got {data_format!r}")
-    return data_format
+def _conv_args(data_format, strides, dilations, padding, ndims=2):
+    """tf.nn-style arguments -> (data_format, strides, dilations, padding mode, explicit paddings), N values each."""
+    data_format = _args.data_format(data_format, ndims)
+    return (data_format, _args.spatial(strides, "strides", data_format, ndims),
+            _args.spatial(dilations, "dilations", data_format, ndims), *_args.padding(padding, data_format, ndims))
 
 
 def _tensors(named):
@@ -173,24 +99,7 @@ def _tensors(named):
 
 
 def _accumulation(accumulation, dtype):
-    if accumulation is None:
-        return "default"
-    if accumulation not in ("float32", "float16"):
-        raise ValueError(f"accumulation: expected None, 'float32' or 'float16', got {accumulation!r}")
-    if accumulation == "float16" and dtype != tf.float16:
-        raise ValueError(f"accumulation: 'float16' needs float16 inputs, got {dtype.name}")
-    if accumulation == "float32" and dtype == tf.float64:
-        raise ValueError("accumulation: float64 inputs accumulate in float64; 'float32' is not allowed")
-    return "float16" if accumulation == "float16" else "default"
-
-
-def _conv_args(data_format, strides, dilations, padding):
-    """tf.nn-style 2-D arguments -> (data_format, [sh, sw], [dh, dw], padding mode, explicit paddings)."""
-    data_format = _data_format(data_format, ("NHWC", "NCHW"))
-    st = _spatial(strides, "strides", data_format)
-    dl = _spatial(dilations, "dilations", data_format)
-    mode, explicit = _padding(padding, data_format)
-    return data_format, st, dl, mode, explicit
+    return _args.accumulation(accumulation, dtype.name)
 
 
 def _int64_sizes(sizes, name):
@@ -206,13 +115,6 @@ def _checked_int32(sizes, name):
     if static is not None and (np.asarray(static) > np.iinfo(np.int32).max).any():
         raise _invalid(f"{name}: sizes must be < 2^31, got {list(static)}")
     return tf.cast(sizes, tf.int32)
-
-
-def _pad_arg(mode, explicit):
-    """The padding argument that _padding() turns back into (mode, explicit)."""
-    if mode != "EXPLICIT":
-        return mode
-    return [[explicit[i], explicit[i + 1]] for i in range(0, len(explicit), 2)]
 
 
 def _check_rank(t, rank, name):
@@ -237,7 +139,7 @@ def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,
         x, f = ts[0], ts[1]
         if x.shape.rank is not None and x.shape.rank > 4:  # [..., H, W, C]: every leading dimension is batch
             lead = tf.shape(x)[:-3]
-            y = conv2d(tf.reshape(x, tf.concat([[-1], tf.shape(x)[-3:]], 0)), f, st, _pad_arg(mode, explicit),
+            y = conv2d(tf.reshape(x, tf.concat([[-1], tf.shape(x)[-3:]], 0)), f, st, _args.pad_arg(mode, explicit),
                        data_format, dl, bias=ts[2] if bias is not None else None, accumulation=accumulation)
             y = tf.reshape(y, tf.concat([lead, tf.shape(y)[1:]], 0))
             return tf.ensure_shape(y, x.shape[:-3].concatenate([None, None, None]))
@@ -315,8 +217,9 @@ def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding, 
 def bias_grad(out_backprop, data_format="NHWC", name=None, *, accumulation=None):
     """Deterministic bias gradient: dy summed over n and its spatial axes (2-D or 3-D) in the contract's chunk
     order; data_format says where the channels are (NHWC/NDHWC last, NCHW/NCDHW first)."""
-    data_format = _data_format(data_format, ("NHWC", "NCHW", "NDHWC", "NCDHW"))
-    data_format = {"NDHWC": "NHWC", "NCDHW": "NCHW"}.get(data_format, data_format)  # channels last / first
+    if data_format not in _args.DATA_FORMATS[2] + _args.DATA_FORMATS[3]:
+        raise ValueError(f"data_format: expected one of NHWC, NCHW, NDHWC, NCDHW, got {data_format!r}")
+    data_format = "NHWC" if _args.channels_last(data_format) else "NCHW"  # the op's attribute: where channels are
     with tf.name_scope(name or "detconv_bias_grad"):
         (dy,) = _tensors([("out_backprop", out_backprop)])
         if dy.shape.rank is not None and dy.shape.rank not in (4, 5):
@@ -331,15 +234,15 @@ def conv1d(input, filters, stride, padding, data_format="NWC", dilations=None, n
     """Deterministic tf.nn.conv1d: a conv2d over a height-1 image."""
     # tf.nn.conv1d still accepts the 2-D spellings of its two layouts.
     data_format = {"NHWC": "NWC", "NCHW": "NCW"}.get(data_format, data_format)
-    data_format = _data_format(data_format, ("NWC", "NCW"))
-    st = _spatial(stride, "stride", data_format, ndims=1)
-    dl = _spatial(dilations, "dilations", data_format, ndims=1)
-    mode, explicit = _padding(padding, data_format, ndims=1)
+    data_format = _args.data_format(data_format, 1)
+    st = _args.spatial(stride, "stride", data_format, 1)
+    dl = _args.spatial(dilations, "dilations", data_format, 1)
+    mode, explicit = _args.padding(padding, data_format, 1)
     with tf.name_scope(name or "detconv_conv1d"):
         x, f = _tensors([("input", input), ("filters", filters)])
         if x.shape.rank is not None and x.shape.rank > 3:  # [..., W, C]: every leading dimension is batch
             lead = tf.shape(x)[:-2]
-            y = conv1d(tf.reshape(x, tf.concat([[-1], tf.shape(x)[-2:]], 0)), f, st, _pad_arg(mode, explicit),
+            y = conv1d(tf.reshape(x, tf.concat([[-1], tf.shape(x)[-2:]], 0)), f, st, _args.pad_arg(mode, explicit),
                        data_format, dl, bias=bias, accumulation=accumulation)
             y = tf.reshape(y, tf.concat([lead, tf.shape(y)[1:]], 0))
             return tf.ensure_shape(y, x.shape[:-2].concatenate([None, None]))
@@ -356,7 +259,7 @@ def conv1d(input, filters, stride, padding, data_format="NWC", dilations=None, n
 def depthwise_conv2d(input, filter, strides, padding, data_format=None, dilations=None, name=None, *, bias=None,
                      accumulation=None):
     """Deterministic tf.nn.depthwise_conv2d: filter [KH, KW, C, M], output channel c*M + m (groups = C)."""
-    data_format = _data_format(data_format, ("NHWC", "NCHW"))
+    data_format = _args.data_format(data_format, 2)
     with tf.name_scope(name or "detconv_depthwise_conv2d"):
         x, f = _tensors([("input", input), ("filter", filter)])
         _check_rank(x, 4, "input")
@@ -381,10 +284,7 @@ def conv2d_transpose(input, filters, output_shape, strides, padding="SAME", data
 def conv1d_transpose(input, filters, output_shape, strides, padding="SAME", data_format="NWC", dilations=None,
                      name=None, *, accumulation=None):
     """Deterministic tf.nn.conv1d_transpose: filters [W, out, in]; a conv2d_transpose over a height-1 image."""
-    data_format = _data_format(data_format, ("NWC", "NCW"))
-    st = _spatial(strides, "strides", data_format, ndims=1)
-    dl = _spatial(dilations, "dilations", data_format, ndims=1)
-    mode, explicit = _padding(padding, data_format, ndims=1)
+    data_format, st, dl, mode, explicit = _conv_args(data_format, strides, dilations, padding, ndims=1)
     with tf.name_scope(name or "detconv_conv1d_transpose"):
         x, f = _tensors([("input", input), ("filters", filters)])
         _check_rank(x, 3, "input")
@@ -440,7 +340,7 @@ def separable_conv2d(input, depthwise_filter, pointwise_filter, strides, padding
                      name=None, *, bias=None, accumulation=None):
     """Deterministic tf.nn.separable_conv2d: depthwise_conv2d, rounded to the input dtype (as tf.nn's two ops
     do), then a 1x1 conv2d with the bias fused into its fold."""
-    data_format = _data_format(data_format, ("NHWC", "NCHW"))
+    data_format = _args.data_format(data_format, 2)
     with tf.name_scope(name or "detconv_separable_conv2d"):
         x, dwf, pwf = _tensors([("input", input), ("depthwise_filter", depthwise_filter),
                                 ("pointwise_filter", pointwise_filter)])
@@ -478,14 +378,6 @@ def convolution(input, filters, strides=None, padding="VALID", data_format=None,
 
 
 # ------------------------------------------------------------------ three spatial dimensions
-def _conv3d_args(data_format, strides, dilations, padding):
-    data_format = _data_format(data_format, ("NDHWC", "NCDHW"))
-    st = _spatial(strides, "strides", data_format, ndims=3)
-    dl = _spatial(dilations, "dilations", data_format, ndims=3)
-    mode, explicit = _padding(padding, data_format, ndims=3)
-    return data_format, st, dl, mode, explicit
-
-
 def _check_static_3d(x, f, data_format):
     if x.shape.rank is None or f.shape.rank is None:
         return
@@ -507,7 +399,7 @@ def conv3d(input, filters, strides, padding, data_format="NDHWC", dilations=None
            accumulation=None):
     """Deterministic tf.nn.conv3d (filters DHWIO, groups inferred) with an optional fused bias; each output
     folds (kd, kh, kw, i)."""
-    data_format, st, dl, mode, explicit = _conv3d_args(data_format, strides, dilations, padding)
+    data_format, st, dl, mode, explicit = _conv_args(data_format, strides, dilations, padding, ndims=3)
     with tf.name_scope(name or "detconv_conv3d"):
         named = [("input", input), ("filters", filters)] + ([("bias", bias)] if bias is not None else [])
         ts = _tensors(named)
@@ -531,7 +423,7 @@ def conv3d(input, filters, strides, padding, data_format="NDHWC", dilations=None
 def conv3d_backprop_input(input_sizes, filters, out_backprop, strides, padding, data_format="NDHWC", dilations=None,
                           name=None, *, accumulation=None):
     """Deterministic conv3d input gradient (tf.raw_ops.Conv3DBackpropInputV2); fold (kd, kh, kw, o)."""
-    data_format, st, dl, mode, explicit = _conv3d_args(data_format, strides, dilations, padding)
+    data_format, st, dl, mode, explicit = _conv_args(data_format, strides, dilations, padding, ndims=3)
     with tf.name_scope(name or "detconv_conv3d_backprop_input"):
         dy, f = _tensors([("out_backprop", out_backprop), ("filters", filters)])
         _check_rank(f, 5, "filters")
@@ -546,7 +438,7 @@ def conv3d_backprop_input(input_sizes, filters, out_backprop, strides, padding, 
 def conv3d_backprop_filter(input, filter_sizes, out_backprop, strides, padding, data_format="NDHWC", dilations=None,
                            name=None, *, accumulation=None):
     """Deterministic conv3d filter gradient (tf.raw_ops.Conv3DBackpropFilterV2); filter_sizes DHWIO."""
-    data_format, st, dl, mode, explicit = _conv3d_args(data_format, strides, dilations, padding)
+    data_format, st, dl, mode, explicit = _conv_args(data_format, strides, dilations, padding, ndims=3)
     with tf.name_scope(name or "detconv_conv3d_backprop_filter"):
         x, dy = _tensors([("input", input), ("out_backprop", out_backprop)])
         _check_rank(x, 5, "input")

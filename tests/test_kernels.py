@@ -237,3 +237,40 @@ def test_empty_outputs_match_the_reference(rng):
         assert_bits_equal(K.conv2d_backprop_filter(x, dy, f_shape, padding=padding),
                           ref.conv2d_backprop_filter(x, dy, f_shape, padding=padding), "dw of an empty output")
         assert_bits_equal(K.bias_grad(dy), ref.bias_grad(dy), "db of an empty output")
+
+
+# ---------------------------------------------------------------- three spatial dimensions
+CASES_3D = [
+    ("3x3x3-same", (2, 4, 5, 6, 3), (3, 3, 3, 3, 4), 1, 1, "SAME"),
+    ("strided-dilated", (1, 7, 6, 7, 4), (2, 3, 2, 2, 6), (2, 1, 2), (1, 2, 1), ((1, 0), (2, 1), (0, 1))),
+    ("depthwise-3d", (1, 5, 5, 5, 6), (3, 3, 3, 1, 6), 2, 1, "SAME"),
+]
+
+
+@pytest.mark.parametrize("dtype,acc", DTYPES, ids=[f"{d}-{a or 'default'}" for d, a in DTYPES])
+@pytest.mark.parametrize("case", CASES_3D, ids=[c[0] for c in CASES_3D])
+def test_conv3d_matches_reference(rng, case, dtype, acc):
+    _, xs, fs, st, dl, pad = case
+    x, f, b = rand(rng, xs, dtype), rand(rng, fs, dtype), rand(rng, (fs[-1],), dtype)
+    y = K.conv3d(x, f, st, pad, dl, bias=b, accumulation=acc)
+    assert_bits_equal(y, ref.conv3d(x, f, st, pad, dl, bias=b, accumulation=acc), "conv3d")
+    dy = rand(rng, y.shape, dtype)
+    assert_bits_equal(K.conv3d_backprop_input(dy, f, xs, st, pad, dl, accumulation=acc),
+                      ref.conv3d_backprop_input(dy, f, xs, st, pad, dl, accumulation=acc), "conv3d dx")
+    assert_bits_equal(K.conv3d_backprop_filter(x, dy, fs, st, pad, dl, accumulation=acc),
+                      ref.conv3d_backprop_filter(x, dy, fs, st, pad, dl, accumulation=acc), "conv3d dw")
+    assert_bits_equal(K.bias_grad(dy, accumulation=acc), ref.bias_grad(dy, accumulation=acc), "bias_grad 5-D")
+    # channels first: the same bits
+    cf = np.ascontiguousarray(np.moveaxis(x, -1, 1))
+    y_cf = K.conv3d(cf, f, st, pad, dl, bias=b, accumulation=acc, data_format="NCDHW")
+    assert_bits_equal(np.ascontiguousarray(np.moveaxis(y_cf, 1, -1)), y, "conv3d NCDHW")
+    assert_bits_equal(K.bias_grad(np.ascontiguousarray(np.moveaxis(dy, -1, 1)), accumulation=acc,
+                                  data_format="NCDHW"), ref.bias_grad(dy, accumulation=acc), "bias_grad NCDHW")
+
+
+def test_conv3d_depth_one_is_conv2d(rng):
+    x, f = rand(rng, (2, 1, 7, 6, 4), "float32"), rand(rng, (1, 3, 3, 4, 5), "float32")
+    assert_bits_equal(K.conv3d(x, f, 1, "SAME")[:, 0], K.conv2d(x[:, 0], f[0], 1, "SAME"), "depth 1")
+    assert K.conv3d(x, f, [1, 2, 2, 2, 1], "VALID").shape == (2, 1, 3, 2, 5)
+    with pytest.raises(ValueError, match="strides"):
+        K.conv3d(x, f, [1, 2], "VALID")

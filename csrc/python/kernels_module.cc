@@ -119,9 +119,11 @@ Padding parse_padding(const std::string& s) {
 // Sizes, padding mode and explicit pads -> a finalized problem (ValueError naming the argument otherwise).
 ConvProblem make_problem(i64 N, i64 H, i64 W, i64 C, i64 KH, i64 KW, i64 Cg, i64 Co, i64 sh, i64 sw, i64 dh, i64 dw,
                          const std::string& padding, i64 pt, i64 pb, i64 pl, i64 pr, const std::string& layout,
-                         const std::string& dtype, const std::string& accum) {
+                         const std::string& dtype, const std::string& accum, i64 D, i64 KD, i64 sd, i64 dd, i64 pf,
+                         i64 pk) {
   ConvProblem p;
   p.N = N; p.H = H; p.W = W; p.C = C;
+  p.D = D; p.KD = KD; p.sd = sd; p.dd = dd; p.pf = pf; p.pk = pk;
   p.KH = KH; p.KW = KW; p.Cg = Cg; p.Co = Co;
   p.sh = sh; p.sw = sw; p.dh = dh; p.dw = dw;
   p.pt = pt; p.pb = pb; p.pl = pl; p.pr = pr;
@@ -160,8 +162,12 @@ PYBIND11_MODULE(_kernels, m) {
       .def(py::init(&make_problem), py::arg("N"), py::arg("H"), py::arg("W"), py::arg("C"), py::arg("KH"),
            py::arg("KW"), py::arg("Cg"), py::arg("Co"), py::arg("sh"), py::arg("sw"), py::arg("dh"), py::arg("dw"),
            py::arg("padding"), py::arg("pt") = 0, py::arg("pb") = 0, py::arg("pl") = 0, py::arg("pr") = 0,
-           py::arg("layout") = "NHWC", py::arg("dtype") = "float32", py::arg("accum") = "")
+           py::arg("layout") = "NHWC", py::arg("dtype") = "float32", py::arg("accum") = "", py::arg("D") = 1,
+           py::arg("KD") = 1, py::arg("sd") = 1, py::arg("dd") = 1, py::arg("pf") = 0, py::arg("pk") = 0)
       .def_readonly("N", &ConvProblem::N)
+      .def_readonly("D", &ConvProblem::D)
+      .def_readonly("KD", &ConvProblem::KD)
+      .def_readonly("OD", &ConvProblem::OD)
       .def_readonly("H", &ConvProblem::H)
       .def_readonly("W", &ConvProblem::W)
       .def_readonly("C", &ConvProblem::C)
@@ -173,6 +179,7 @@ PYBIND11_MODULE(_kernels, m) {
       .def_readonly("OH", &ConvProblem::OH)
       .def_readonly("OW", &ConvProblem::OW)
       .def_property_readonly("padding", [](const ConvProblem& p) { return py::make_tuple(p.pt, p.pb, p.pl, p.pr); })
+      .def_property_readonly("depth_padding", [](const ConvProblem& p) { return py::make_tuple(p.pf, p.pk); })
       .def_property_readonly("wgrad_chunks", [](const ConvProblem& p) {
         const Chunks c = reduction_chunks(p.R(), p.filter_elems());
         return py::make_tuple(c.P, c.L);

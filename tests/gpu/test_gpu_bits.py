@@ -342,3 +342,38 @@ def test_float16_accumulation_subnormal_and_negative_zero(lib, rng, monkeypatch,
         got = run_all(*gpu, strides, dilations, padding, "float16", "NHWC")
         for name, g, w in zip(NAMES, got, want):
             assert_same_bits(lib, g, w, f"{name} float16/float16 {pattern} tile {tile or 'auto'}")
+
+
+# Three spatial dimensions: (name, x NDHWC, filter DHWIO, strides, dilations, padding)
+CASES_3D = [
+    ("3x3x3-same", (2, 5, 6, 7, 3), (3, 3, 3, 3, 4), 1, 1, "SAME"),
+    ("strided-dilated", (1, 7, 6, 7, 4), (2, 3, 2, 4, 6), (2, 1, 2), (1, 2, 1), ((1, 0), (2, 1), (0, 1))),
+    ("depthwise-3d", (2, 5, 5, 5, 6), (3, 3, 3, 1, 6), 2, 1, "SAME"),
+    ("c3d-block", (1, 8, 28, 28, 64), (3, 3, 3, 64, 64), 1, 1, "SAME"),
+]
+
+
+@pytest.mark.parametrize("data_format", ["NDHWC", "NCDHW"])
+@pytest.mark.parametrize("dtype,accumulation", NUMERICS, ids=NUM_IDS)
+@pytest.mark.parametrize("case", CASES_3D, ids=[c[0] for c in CASES_3D])
+@pytest.mark.parametrize("lib", LIBS)
+def test_conv3d(lib, rng, case, dtype, accumulation, data_format):
+    from detconv import kernels as K
+
+    if dtype not in lib.dtypes:
+        pytest.skip(f"{lib.name} has no {dtype}")
+    _, xs, fs, st, dl, pad = case
+    cf = data_format == "NCDHW"
+    to_fmt = (lambda s: (s[0], s[-1], *s[1:-1])) if cf else (lambda s: s)
+    scale = 0.5 if accumulation == "float16" else 1.0
+    x, f, b = lib.rand(rng, to_fmt(xs), dtype, scale), lib.rand(rng, fs, dtype, scale), lib.rand(rng, fs[-1:], dtype,
+                                                                                                  scale)
+    y_cpu = K.conv3d(x[1], f[1], st, pad, dl, bias=b[1], accumulation=accumulation, data_format=data_format)
+    dy = lib.rand(rng, tuple(y_cpu.shape), dtype, scale)
+    a = dict(accumulation=accumulation, data_format=data_format)
+    for name, run in (
+            ("y", lambda i: K.conv3d(x[i], f[i], st, pad, dl, bias=b[i], **a)),
+            ("dx", lambda i: K.conv3d_backprop_input(dy[i], f[i], tuple(x[i].shape), st, pad, dl, **a)),
+            ("dw", lambda i: K.conv3d_backprop_filter(x[i], dy[i], fs, st, pad, dl, **a)),
+            ("db", lambda i: K.bias_grad(dy[i], **a))):
+        assert_same_bits(lib, run(0), run(1), f"3-D {name} {dtype}/{accumulation} {data_format}")
