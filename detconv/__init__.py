@@ -11,7 +11,7 @@ import importlib
 import importlib.util
 import sys
 
-ORDER_VERSION = 1
+ORDER_VERSION = 1  # the one home of the order version (docs/contract.md); order.h's kOrderVersion must agree
 __version__ = "0.1.0"
 
 _TF_API = {

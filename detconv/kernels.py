@@ -45,7 +45,7 @@ __all__ = [
     "set_cpu_isa",
 ]
 
-ORDER_VERSION = 1
+from detconv import ORDER_VERSION  # noqa: E402 - its one home; the compiled modules are tested to agree
 
 _DTYPES = ("float16", "bfloat16", "float32", "float64")
 

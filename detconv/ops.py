@@ -535,6 +535,13 @@ def _isa_lib():
     return lib
 
 
+def compiled_order_version():
+    """The order version the loaded op library was compiled with (equals detconv.ORDER_VERSION)."""
+    lib = ctypes.CDLL(ops_library_path())
+    lib.detconv_order_version.restype = ctypes.c_int
+    return int(lib.detconv_order_version())
+
+
 def cpu_fma_peak_gflops(threads=1):
     """Measured float32 FMA peak (GFLOP/s) of the active CPU path on `threads` threads, for benchmarks."""
     return float(_isa_lib().detconv_cpu_fma_peak_gflops(int(threads)))

@@ -53,7 +53,7 @@ __all__ = [
     "fma",
 ]
 
-ORDER_VERSION = 1
+from detconv import ORDER_VERSION  # noqa: E402 - its one home; the compiled modules are tested to agree
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _F16 = np.dtype(np.float16)

@@ -43,3 +43,14 @@ def test_info_lists_versions_isa_and_cuda():
     assert r.returncode == 0, r.stderr
     for key in ("TensorFlow built for", "TensorFlow running", "CPU paths", "CUDA kernels", "CUDA device visible"):
         assert key in r.stdout, r.stdout
+
+
+def test_order_version_has_one_home():
+    """detconv.ORDER_VERSION is the one definition; the compiled modules (order.h's kOrderVersion) and the
+    Python modules that re-export it agree with it."""
+    import detconv
+    from detconv import _kernels, kernels, ops, reference
+
+    assert reference.ORDER_VERSION is detconv.ORDER_VERSION and kernels.ORDER_VERSION is detconv.ORDER_VERSION
+    assert _kernels.ORDER_VERSION == detconv.ORDER_VERSION
+    assert ops.compiled_order_version() == detconv.ORDER_VERSION
