@@ -13,20 +13,10 @@ import detconv
 from detconv import reference as ref
 from detconv._loader import child_python_kwargs
 from conftest import assert_bits_equal
+from cases import CASES_3D, DTYPE_IDS, DTYPES
 from helpers import rand
-from test_ops import DTYPES
 
-# (name, x NDHWC, filter DHWIO, strides, dilations, padding (reference form))
-CASES = [
-    ("3x3x3-same", (2, 5, 6, 7, 3), (3, 3, 3, 3, 4), 1, 1, "SAME"),
-    ("strided-valid", (1, 7, 6, 5, 4), (3, 2, 3, 4, 6), (2, 1, 2), 1, "VALID"),
-    ("dilated-explicit", (2, 6, 5, 6, 4), (3, 3, 2, 4, 5), 1, (2, 1, 2), ((1, 2), (0, 1), (2, 0))),
-    ("groups2", (1, 5, 6, 6, 8), (2, 3, 3, 4, 6), (1, 2, 1), 1, "SAME"),
-    ("depthwise-s2", (2, 5, 5, 5, 6), (3, 3, 3, 1, 6), 2, 1, "SAME"),
-    ("pointwise", (2, 3, 4, 5, 12), (1, 1, 1, 12, 10), 1, 1, "VALID"),
-    ("temporal-only", (1, 8, 3, 4, 5), (4, 1, 1, 5, 3), (2, 1, 1), (1, 1, 1), ((2, 1), (0, 0), (0, 0))),
-    ("wide-rows", (1, 3, 4, 23, 16), (3, 3, 3, 16, 16), 1, 1, "SAME"),
-]
+CASES = CASES_3D
 
 
 def tf_padding(padding, channels_first=False):
@@ -68,7 +58,7 @@ def _inputs(seed, case, dtype):
 NAMES = ("y", "dx", "dw", "db")
 
 
-@pytest.mark.parametrize("dtype,acc", DTYPES, ids=[f"{d}-{a or 'default'}" for d, a in DTYPES])
+@pytest.mark.parametrize("dtype,acc", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_matches_reference(case, dtype, acc):
     x, f, b, dy = _inputs(zlib_seed(case[0], dtype), case, dtype)

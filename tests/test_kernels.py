@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from conftest import assert_bits_equal
+from cases import CASES_2D, CASES_3D, DTYPE_IDS, DTYPES, pick
 from helpers import rand, to_nchw, to_nhwc
 
 try:
@@ -15,19 +16,8 @@ except ImportError:
 from detconv import kernels as K
 from detconv import reference as ref
 
-# (name, x shape NHWC, filter HWIO, strides, dilations, padding)
-CASES = [
-    ("3x3-same", (2, 6, 7, 5), (3, 3, 5, 6), 1, 1, "SAME"),
-    ("3x3-valid-s2", (2, 9, 8, 4), (3, 3, 4, 7), 2, 1, "VALID"),
-    ("5x3-s21-d12", (1, 11, 10, 3), (5, 3, 3, 4), (2, 1), (1, 2), "SAME"),
-    ("explicit", (2, 6, 7, 3), (3, 2, 3, 4), (1, 2), 1, ((1, 2), (0, 3))),
-    ("groups4-s2", (1, 9, 7, 8), (2, 3, 2, 12), 2, 1, ((0, 1), (2, 0))),
-    ("depthwise-m3-s2", (2, 9, 9, 4), (3, 3, 1, 12), 2, 1, "SAME"),
-    ("depthwise-d2", (1, 9, 10, 5), (3, 3, 1, 5), 1, 2, "VALID"),
-    ("1x1-wide", (2, 5, 5, 24), (1, 1, 24, 20), 1, 1, "VALID"),
-]
-
-DTYPES = [("float32", None), ("float64", None), ("float16", None), ("float16", "float16"), ("bfloat16", None)]
+CASES = pick(CASES_2D, "3x3-same", "3x3-valid-s2", "5x3-s21-d12", "explicit", "groups4-s2", "depthwise-m3-s2",
+             "depthwise-d2", "1x1")
 
 
 def _operands(rng, x_shape, f_shape, strides, dilations, padding, dtype, accumulation):
@@ -51,7 +41,7 @@ def _all(mod, x, f, b, dy, strides, dilations, padding, accumulation, **kw):
 NAMES = ("conv2d", "conv2d_backprop_input", "conv2d_backprop_filter", "bias_grad")
 
 
-@pytest.mark.parametrize("dtype,accumulation", DTYPES, ids=[f"{d}-{a or 'default'}" for d, a in DTYPES])
+@pytest.mark.parametrize("dtype,accumulation", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_cpu_matches_reference(rng, case, dtype, accumulation):
     _, x_shape, f_shape, strides, dilations, padding = case
@@ -62,7 +52,7 @@ def test_cpu_matches_reference(rng, case, dtype, accumulation):
         assert_bits_equal(g, w, name)
 
 
-@pytest.mark.parametrize("dtype,accumulation", DTYPES, ids=[f"{d}-{a or 'default'}" for d, a in DTYPES])
+@pytest.mark.parametrize("dtype,accumulation", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("case", [CASES[1], CASES[4], CASES[5]], ids=lambda c: c[0])
 def test_nchw_same_bits(rng, case, dtype, accumulation):
     _, x_shape, f_shape, strides, dilations, padding = case
@@ -240,14 +230,9 @@ def test_empty_outputs_match_the_reference(rng):
 
 
 # ---------------------------------------------------------------- three spatial dimensions
-CASES_3D = [
-    ("3x3x3-same", (2, 4, 5, 6, 3), (3, 3, 3, 3, 4), 1, 1, "SAME"),
-    ("strided-dilated", (1, 7, 6, 7, 4), (2, 3, 2, 2, 6), (2, 1, 2), (1, 2, 1), ((1, 0), (2, 1), (0, 1))),
-    ("depthwise-3d", (1, 5, 5, 5, 6), (3, 3, 3, 1, 6), 2, 1, "SAME"),
-]
 
 
-@pytest.mark.parametrize("dtype,acc", DTYPES, ids=[f"{d}-{a or 'default'}" for d, a in DTYPES])
+@pytest.mark.parametrize("dtype,acc", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("case", CASES_3D, ids=[c[0] for c in CASES_3D])
 def test_conv3d_matches_reference(rng, case, dtype, acc):
     _, xs, fs, st, dl, pad = case

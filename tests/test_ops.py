@@ -9,34 +9,10 @@ import tensorflow as tf
 import detconv
 from detconv import reference as ref
 from conftest import assert_bits_equal
+from cases import CASES_2D, DTYPE_IDS, DTYPES
 from helpers import rand, tf_padding, to_nchw, to_nhwc
 
-# (name, x shape NHWC, filter HWIO, strides, dilations, padding)
-CASES = [
-    ("3x3-same", (2, 7, 8, 5), (3, 3, 5, 6), 1, 1, "SAME"),
-    ("3x3-valid-s2", (2, 9, 8, 4), (3, 3, 4, 7), 2, 1, "VALID"),
-    ("5x3-s21-d12", (1, 11, 10, 3), (5, 3, 3, 4), (2, 1), (1, 2), "SAME"),
-    ("dil2-s2", (2, 10, 9, 4), (3, 3, 4, 5), 2, 2, "SAME"),
-    ("explicit", (2, 6, 7, 3), (3, 2, 3, 4), (1, 2), 1, ((1, 2), (0, 3))),
-    ("groups2", (2, 6, 6, 8), (3, 3, 4, 6), 1, 1, "SAME"),
-    ("groups4-s2", (1, 9, 7, 8), (2, 3, 2, 12), 2, 1, ((0, 1), (2, 0))),
-    ("depthwise", (2, 8, 7, 6), (3, 3, 1, 6), 1, 1, "SAME"),
-    ("depthwise-m3-s2", (2, 9, 9, 4), (3, 3, 1, 12), 2, 1, "SAME"),
-    ("depthwise-d2", (1, 9, 10, 5), (3, 3, 1, 5), 1, 2, "VALID"),
-    ("1x1", (2, 5, 5, 24), (1, 1, 24, 20), 1, 1, "VALID"),
-    ("wide-co", (1, 5, 6, 3), (3, 3, 3, 40), 1, 1, "SAME"),
-    ("stem-7x7-s2", (1, 16, 16, 3), (7, 7, 3, 8), 2, 1, "SAME"),
-    # Rows wide enough for whole interior register blocks (contiguous (kw, i) runs, row tiles).
-    ("wide-row-c3", (2, 5, 23, 3), (3, 5, 3, 8), 1, 1, "SAME"),
-    ("wide-row-s2-c20", (1, 6, 30, 20), (3, 3, 20, 12), (1, 2), 1, "SAME"),
-    ("wide-row-dw", (1, 4, 29, 16), (3, 3, 1, 16), 2, 1, "SAME"),
-    ("wide-row-dw-s1", (1, 5, 21, 12), (3, 3, 1, 12), 1, 1, "SAME"),
-    # Input gradients with pixel lanes (few channels per group): whole interior blocks and border masks.
-    ("wide-row-s2-c3", (1, 5, 150, 3), (7, 7, 3, 8), 2, 1, "SAME"),
-    ("wide-row-c1-d2", (1, 4, 70, 1), (3, 5, 1, 4), 1, (1, 2), "SAME"),
-]
-
-DTYPES = [("float32", None), ("float64", None), ("float16", None), ("float16", "float16"), ("bfloat16", None)]
+CASES = CASES_2D
 
 
 def run_all(x, f, b, dy, strides, dilations, padding, data_format="NHWC", accumulation=None, fn=None):
@@ -82,7 +58,7 @@ def make_case(rng, case, dtype, with_bias=True):
 NAMES = ["y", "dx", "dw", "db"]
 
 
-@pytest.mark.parametrize("dtype,acc", DTYPES, ids=[f"{d}-{a or 'default'}" for d, a in DTYPES])
+@pytest.mark.parametrize("dtype,acc", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_matches_reference(rng, case, dtype, acc):
     with_bias = (zlib.crc32(case[0].encode()) ^ len(dtype)) % 2 == 0 or case[0] in ("3x3-same", "depthwise")
@@ -94,7 +70,7 @@ def test_matches_reference(rng, case, dtype, acc):
         assert_bits_equal(g, w, f"{name} NHWC")
 
 
-@pytest.mark.parametrize("dtype,acc", DTYPES, ids=[f"{d}-{a or 'default'}" for d, a in DTYPES])
+@pytest.mark.parametrize("dtype,acc", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("case", CASES[::2], ids=[c[0] for c in CASES[::2]])
 def test_nchw_same_bits(rng, case, dtype, acc):
     x, f, b, dy = make_case(rng, case, dtype, with_bias=True)
@@ -232,7 +208,7 @@ def test_unsupported_isa_is_refused():
 
 
 # ---------------------------------------------------------------- the other tf.nn entry points
-@pytest.mark.parametrize("dtype,acc", DTYPES, ids=[f"{d}-{a or 'default'}" for d, a in DTYPES])
+@pytest.mark.parametrize("dtype,acc", DTYPES, ids=DTYPE_IDS)
 def test_separable_conv2d_matches_reference(rng, dtype, acc):
     x = rand(rng, (2, 9, 8, 3), dtype)
     dwf, pwf, b = rand(rng, (3, 3, 3, 2), dtype), rand(rng, (1, 1, 6, 5), dtype), rand(rng, (5,), dtype)
@@ -246,7 +222,7 @@ def test_separable_conv2d_matches_reference(rng, dtype, acc):
         assert_bits_equal(to_nhwc(nchw), got.numpy(), "separable_conv2d NCHW")
 
 
-@pytest.mark.parametrize("dtype,acc", DTYPES, ids=[f"{d}-{a or 'default'}" for d, a in DTYPES])
+@pytest.mark.parametrize("dtype,acc", DTYPES, ids=DTYPE_IDS)
 def test_depthwise_backprops_match_reference_and_tape(rng, dtype, acc):
     x = rand(rng, (2, 8, 9, 4), dtype)
     f = rand(rng, (3, 2, 4, 3), dtype)
@@ -271,7 +247,7 @@ def test_depthwise_backprops_match_reference_and_tape(rng, dtype, acc):
                                    rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("dtype,acc", DTYPES, ids=[f"{d}-{a or 'default'}" for d, a in DTYPES])
+@pytest.mark.parametrize("dtype,acc", DTYPES, ids=DTYPE_IDS)
 def test_conv1d_transpose_matches_reference(rng, dtype, acc):
     dy = rand(rng, (2, 9, 5), dtype)
     f = rand(rng, (4, 3, 5), dtype)

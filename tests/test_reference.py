@@ -14,6 +14,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from cases import DTYPES
+from helpers import NP_DTYPES
+
 # Load the module by path: it needs only numpy and ml_dtypes, and this keeps the
 # test independent of the package's __init__ (TensorFlow, built extensions).
 _PATH = pathlib.Path(__file__).resolve().parents[1] / "detconv" / "reference.py"
@@ -494,7 +497,7 @@ CONV_CASES = [
     ((1, 5, 5, 4), (2, 3, 1, 4), (2, 2), ((1, 2), (0, 1)), (1, 1)),  # depthwise
     ((1, 4, 5, 3), (2, 2, 3, 2), (3, 2), ((2, 0), (1, 3)), (2, 2)),
 ]
-DTYPE_CASES = [(F32, None), (F64, None), (F16, None), (F16, "float16"), (BF16, None)]
+DTYPE_CASES = [(np.dtype(NP_DTYPES[d]), a) for d, a in DTYPES]  # the one table (tests/cases.py)
 
 
 def _ids(case):

@@ -16,6 +16,7 @@ accumulation with subnormal products and -0 accumulators before padded taps.
 import numpy as np
 import pytest
 
+from cases import DTYPE_IDS, DTYPES
 from gpu_helpers import (HAVE_KERNELS, NAMES, assert_same_bits, libraries, nhwc_to, out_shape, run_all)
 
 if not HAVE_KERNELS:
@@ -23,8 +24,7 @@ if not HAVE_KERNELS:
 
 LIBS = libraries()
 
-NUMERICS = [("float32", None), ("float64", None), ("float16", None), ("float16", "float16"), ("bfloat16", None)]
-NUM_IDS = [f"{d}-{a or 'default'}" for d, a in NUMERICS]
+NUMERICS, NUM_IDS = DTYPES, DTYPE_IDS
 
 # (name, x shape NHWC, filter HWIO, strides, dilations, padding)
 SMALL = [

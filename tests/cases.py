@@ -1,0 +1,49 @@
+"""The test tables, in one place: numerics (dtype, accumulation) and convolution cases for 2-D and 3-D.
+Every test module that sweeps them imports them from here."""
+
+# (input dtype, accumulation): every numerics mode the contract defines
+DTYPES = [("float32", None), ("float64", None), ("float16", None), ("float16", "float16"), ("bfloat16", None)]
+DTYPE_IDS = [f"{d}-{a or 'default'}" for d, a in DTYPES]
+
+# (name, x shape NHWC, filter HWIO, strides, dilations, padding (reference form))
+CASES_2D = [
+    ("3x3-same", (2, 7, 8, 5), (3, 3, 5, 6), 1, 1, "SAME"),
+    ("3x3-valid-s2", (2, 9, 8, 4), (3, 3, 4, 7), 2, 1, "VALID"),
+    ("5x3-s21-d12", (1, 11, 10, 3), (5, 3, 3, 4), (2, 1), (1, 2), "SAME"),
+    ("dil2-s2", (2, 10, 9, 4), (3, 3, 4, 5), 2, 2, "SAME"),
+    ("explicit", (2, 6, 7, 3), (3, 2, 3, 4), (1, 2), 1, ((1, 2), (0, 3))),
+    ("groups2", (2, 6, 6, 8), (3, 3, 4, 6), 1, 1, "SAME"),
+    ("groups4-s2", (1, 9, 7, 8), (2, 3, 2, 12), 2, 1, ((0, 1), (2, 0))),
+    ("depthwise", (2, 8, 7, 6), (3, 3, 1, 6), 1, 1, "SAME"),
+    ("depthwise-m3-s2", (2, 9, 9, 4), (3, 3, 1, 12), 2, 1, "SAME"),
+    ("depthwise-d2", (1, 9, 10, 5), (3, 3, 1, 5), 1, 2, "VALID"),
+    ("1x1", (2, 5, 5, 24), (1, 1, 24, 20), 1, 1, "VALID"),
+    ("wide-co", (1, 5, 6, 3), (3, 3, 3, 40), 1, 1, "SAME"),
+    ("stem-7x7-s2", (1, 16, 16, 3), (7, 7, 3, 8), 2, 1, "SAME"),
+    # Rows wide enough for whole interior register blocks (contiguous (kw, i) runs, row tiles).
+    ("wide-row-c3", (2, 5, 23, 3), (3, 5, 3, 8), 1, 1, "SAME"),
+    ("wide-row-s2-c20", (1, 6, 30, 20), (3, 3, 20, 12), (1, 2), 1, "SAME"),
+    ("wide-row-dw", (1, 4, 29, 16), (3, 3, 1, 16), 2, 1, "SAME"),
+    ("wide-row-dw-s1", (1, 5, 21, 12), (3, 3, 1, 12), 1, 1, "SAME"),
+    # Input gradients with pixel lanes (few channels per group): whole interior blocks and border masks.
+    ("wide-row-s2-c3", (1, 5, 150, 3), (7, 7, 3, 8), 2, 1, "SAME"),
+    ("wide-row-c1-d2", (1, 4, 70, 1), (3, 5, 1, 4), 1, (1, 2), "SAME"),
+]
+
+# (name, x shape NDHWC, filter DHWIO, strides, dilations, padding (reference form))
+CASES_3D = [
+    ("3x3x3-same", (2, 5, 6, 7, 3), (3, 3, 3, 3, 4), 1, 1, "SAME"),
+    ("strided-valid", (1, 7, 6, 5, 4), (3, 2, 3, 4, 6), (2, 1, 2), 1, "VALID"),
+    ("dilated-explicit", (2, 6, 5, 6, 4), (3, 3, 2, 4, 5), 1, (2, 1, 2), ((1, 2), (0, 1), (2, 0))),
+    ("groups2", (1, 5, 6, 6, 8), (2, 3, 3, 4, 6), (1, 2, 1), 1, "SAME"),
+    ("depthwise-s2", (2, 5, 5, 5, 6), (3, 3, 3, 1, 6), 2, 1, "SAME"),
+    ("pointwise", (2, 3, 4, 5, 12), (1, 1, 1, 12, 10), 1, 1, "VALID"),
+    ("temporal-only", (1, 8, 3, 4, 5), (4, 1, 1, 5, 3), (2, 1, 1), (1, 1, 1), ((2, 1), (0, 0), (0, 0))),
+    ("wide-rows", (1, 3, 4, 23, 16), (3, 3, 3, 16, 16), 1, 1, "SAME"),
+]
+
+
+def pick(cases, *names):
+    """The cases of a table with these names, in that order."""
+    by_name = {c[0]: c for c in cases}
+    return [by_name[n] for n in names]
