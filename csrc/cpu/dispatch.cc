@@ -280,7 +280,7 @@ void dgrad_cpu(const ConvProblem& p, const void* dy, const void* f, void* dx, co
     using A = decltype(zero);
     const auto da = make_rows<A>(dy, p.dtype, p.layout, p.N, p.OD * p.OH, p.OW, p.Co, ex);
     const auto fa = to_acc<A>(f, p.dtype, p.filter_elems());
-    k.dgrad(p, da.rows, fa.data(), cpu::OutSpec{dx, p.dtype, p.x_strides()}, ex);  // depth-aware (kernels_impl.h)
+    k.dgrad(p, da.rows, fa.data(), cpu::OutSpec{dx, p.dtype, p.x_strides()}, ex);  // depth-aware (dgrad_impl.h)
   });
 }
 

@@ -1,0 +1,421 @@
+// Input gradient (dx): dense (lanes over input channels; also every 3-D
+// problem), depthwise-like, and pixel-lane kernels for few channels per group.
+// Part of the kernels of one ISA (kernels_impl.h); shared pieces in kernels_base.h.
+
+template <class V>
+struct DgradKernels : KernelBase<V> {
+  using Base = KernelBase<V>;
+  using typename Base::T;
+  using typename Base::Vec;
+  using Base::kLanes;
+  using Base::PW;
+  using Base::NV;
+  using Base::BW;
+  using Base::TI;
+  using Base::put_lanes;
+  using Base::micro;
+  using Base::micro_mem;
+  using typename Base::InnerCounter;
+  using Base::repeat_channels;
+  using Base::rows_of;
+  using Base::prefetch_slice;
+
+  // A tap that reaches no output is skipped, never multiplied by +0 (that
+  // would turn an underflowed -0 accumulator into +0, or 0*inf into NaN).
+  // Register blocks therefore hold NP input pixels of one stride phase,
+  // iw = ph + (k*NP + q)*sw: such pixels meet the same taps except at the
+  // borders, where the few valid pixels are folded one at a time.
+  struct PixelBlocks {
+    i64 sw, W, per_phase, blocks_per_phase;
+    PixelBlocks(const ConvProblem& p, int NP)
+        : sw(p.sw), W(p.W), per_phase(ceil_div(p.W, p.sw)), blocks_per_phase(ceil_div(ceil_div(p.W, p.sw), NP)) {}
+    i64 count() const { return sw * blocks_per_phase; }
+    // Columns of the NP pixels of block b, -1 past the row.
+    template <int NP>
+    void cols(i64 b, i64 (&iw)[NP]) const {
+      const i64 ph = b / blocks_per_phase, k = b % blocks_per_phase;
+      for (int q = 0; q < NP; ++q) {
+        const i64 c = ph + (k * NP + q) * sw;
+        iw[q] = c < W ? c : -1;
+      }
+    }
+  };
+
+  // Folds one (kh, kw) tap of a block: all valid pixels together when the
+  // whole block is valid, else each valid pixel alone (same per-lane order).
+  // fold(q_mask_all, q) is called with q = -1 for "every pixel".
+  template <int NP, class Fold>
+  static void for_valid_pixels(const bool (&valid)[NP], Fold fold) {
+    int n = 0;
+    for (int q = 0; q < NP; ++q) n += valid[q];
+    if (n == NP) { fold(-1); return; }
+    for (int q = 0; q < NP; ++q)
+      if (valid[q]) fold(q);
+  }
+
+  // For input pixels iw[q] (-1: none) of a row whose tap reaches dy row
+  // `dy_row`: which of them tap kw reaches too, and the dy pixel (+off) each reaches.
+  template <int NP>
+  static void dgrad_tap_pixels(const ConvProblem& p, const Rows<T>& dy, i64 dy_row, const i64 (&iw)[NP], i64 kw,
+                               i64 off, const T* (&dp)[NP], bool (&valid)[NP]) {
+    const T* row = dy.row(dy_row) + off;
+    for (int q = 0; q < NP; ++q) {
+      const i64 ow = iw[q] >= 0 ? dgrad_out_col(p, iw[q], kw) : -1;
+      valid[q] = ow >= 0;
+      dp[q] = valid[q] ? row + ow * p.Co : nullptr;
+    }
+  }
+
+  // Dense: lanes over BW input channels i of one group. Also every 3-D
+  // problem's dx (any group size): depth is folded outermost, (kd, kh, kw, o).
+  template <int NP>
+  static void dgrad_dense(const ConvProblem& p, const Rows<T>& dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
+    const i64 cog = p.Cog(), nb = ceil_div(p.Cg, BW), taps = p.taps();
+    // wt[g][b][tap][o_local][BW] = f[tap, b*BW + lane, g*cog + o_local], tap = (kd*KH + kh)*KW + kw
+    std::vector<T> wt(p.G * nb * taps * cog * BW);
+    for (i64 g = 0; g < p.G; ++g)
+      for (i64 b = 0; b < nb; ++b)
+        for (i64 t = 0; t < taps; ++t)
+          for (i64 ol = 0; ol < cog; ++ol)
+            for (i64 l = 0; l < BW; ++l) {
+              const i64 i = b * BW + l;
+              wt[(((g * nb + b) * taps + t) * cog + ol) * BW + l] =
+                  i < p.Cg ? f[(t * p.Cg + i) * p.Co + g * cog + ol] : T(0);
+            }
+    const PixelBlocks pb(p, NP);
+    const i64 units = p.N * p.D * p.H * p.G * nb * pb.count();
+    const Strides4 xs = dx.s;
+    ex.parallel_for(units, taps * cog * BW * NP, [&](i64 u0, i64 u1) {
+      FpEnvGuard guard;
+      InnerCounter c(u0, pb.count());
+      i64 b = 0, g = 0, ih = 0, id = 0, n = 0;
+      for (i64 u = u0; u < u1; ++u, c.next()) {
+        if (u == u0 || c.inner == 0) {
+          i64 rem = c.outer;
+          b = rem % nb; rem /= nb;
+          g = rem % p.G; rem /= p.G;
+          ih = rem % p.H; rem /= p.H;
+          id = rem % p.D; n = rem / p.D;
+        }
+        const i64 wb = c.inner;
+        i64 iw[NP];
+        pb.cols(wb, iw);
+        Vec acc[NP][NV];
+        for (int q = 0; q < NP; ++q)
+          for (int j = 0; j < NV; ++j) acc[q][j] = V::zero();
+        for (i64 kd = 0; kd < p.KD; ++kd) {
+          const i64 od = dgrad_out_dep(p, id, kd);
+          if (od < 0) continue;
+          for (i64 kh = 0; kh < p.KH; ++kh) {
+            const i64 oh = dgrad_out_row(p, ih, kh);
+            if (oh < 0) continue;
+            for (i64 kw = 0; kw < p.KW; ++kw) {
+              const T* dp[NP];
+              bool valid[NP];
+              dgrad_tap_pixels<NP>(p, dy, (n * p.OD + od) * p.OH + oh, iw, kw, g * cog, dp, valid);
+              const T* w = wt.data() + ((g * nb + b) * taps + (kd * p.KH + kh) * p.KW + kw) * cog * BW;
+              // Same micro-kernel as the forward pass, over o_local instead of i.
+              for_valid_pixels<NP>(valid, [&](int only) {
+                if (only < 0) {
+                  micro(acc, dp, w, cog);
+                  return;
+                }
+                for (int q = 0; q < NP; ++q) {  // static q: acc stays in registers
+                  if (q != only) continue;
+                  Vec one[1][NV];
+                  for (int j = 0; j < NV; ++j) one[0][j] = acc[q][j];
+                  const T* const dq[1] = {dp[q]};
+                  micro(one, dq, w, cog);
+                  for (int j = 0; j < NV; ++j) acc[q][j] = one[0][j];
+                }
+              });
+            }
+          }
+        }
+        for (int q = 0; q < NP; ++q)
+          for (int j = 0; j < NV; ++j) {
+            if (iw[q] < 0) continue;
+            const i64 i0 = b * BW + j * kLanes;
+            put_lanes(dx, acc[q][j], xs.at5(n, id, ih, iw[q], g * p.Cg + i0), xs.c, p.Cg - i0);
+          }
+      }
+    });
+  }
+
+  // dy with each pixel's channels regrouped [m][c] (o = c*cog + m), so that
+  // lanes over c are contiguous for each m (exact copies; kPad zeros at the end).
+  static std::vector<T> group_major(const ConvProblem& p, const Rows<T>& dy, i64 cog) {
+    const i64 rows = p.N * p.OH, len = p.OW * p.Co;
+    std::vector<T> out(rows * len + kPad, T(0));
+    for (i64 k = 0; k < rows; ++k) {
+      const T* src = dy.row(k);
+      for (i64 w = 0; w < p.OW; ++w)
+        for (i64 m = 0; m < cog; ++m)
+          for (i64 c = 0; c < p.C; ++c) out[k * len + w * p.Co + m * p.C + c] = src[w * p.Co + c * cog + m];
+    }
+    return out;
+  }
+
+  // One depthwise dx block (NP pixels of one stride phase x NW vectors of
+  // channels) on private accumulators; lane c folds (kh, kw, m ascending),
+  // skipping taps that reach no output.
+  template <int NP, int NW>
+  static inline __attribute__((always_inline)) void dgrad_dw_block(Vec (&acc)[NP][NW], const ConvProblem& p,
+                                                                   const Rows<T>& dy, const T* wt, i64 cp, i64 n,
+                                                                   i64 ih, const i64 (&iw)[NP], i64 c0) {
+    const i64 cog = p.Cog();
+    Vec a[NP][NW];
+    for (int q = 0; q < NP; ++q)
+      for (int j = 0; j < NW; ++j) a[q][j] = V::zero();
+    for (i64 kh = 0; kh < p.KH; ++kh) {
+      const i64 oh = dgrad_out_row(p, ih, kh);
+      if (oh < 0) continue;
+      for (i64 kw = 0; kw < p.KW; ++kw) {
+        const T* dp[NP];
+        bool valid[NP];
+        dgrad_tap_pixels<NP>(p, dy, n * p.OH + oh, iw, kw, c0, dp, valid);
+        bool all = true;
+        for (int q = 0; q < NP; ++q) all &= valid[q];
+        for (i64 m = 0; m < cog; ++m) {
+          Vec fv[NW];
+          for (int j = 0; j < NW; ++j) fv[j] = V::load(wt + ((kh * p.KW + kw) * cog + m) * cp + c0 + j * kLanes);
+          for (int q = 0; q < NP; ++q) {
+            if (!all && !valid[q]) continue;
+            for (int j = 0; j < NW; ++j) a[q][j] = V::fma(V::load(dp[q] + m * p.C + j * kLanes), fv[j], a[q][j]);
+          }
+        }
+      }
+    }
+    for (int q = 0; q < NP; ++q)
+      for (int j = 0; j < NW; ++j) acc[q][j] = a[q][j];
+  }
+
+  // Interior depthwise dx block for 3-wide filters, stride 1, one output
+  // channel per group, one vector: NP consecutive pixels iw0 + q, every tap
+  // valid. Pixel q meets dy column ow = iw0 + pl + q - kw, i.e. column
+  // k = q - kw + 2 of the block's NP + 2; sweeping k downwards gives each pixel
+  // its taps in kw order, and each dy column is loaded once per row.
+  template <int NP>
+  static inline __attribute__((always_inline)) void dgrad_dw3_block(Vec (&acc)[NP][1], const ConvProblem& p,
+                                                                    const Rows<T>& dy, const T* wt, i64 cp, i64 n,
+                                                                    i64 ih, i64 iw0, i64 c0) {
+    Vec a[NP];
+    for (int q = 0; q < NP; ++q) a[q] = V::zero();
+    for (i64 kh = 0; kh < p.KH; ++kh) {
+      const i64 oh = dgrad_out_row(p, ih, kh);
+      if (oh < 0) continue;
+      const T* d0 = dy.row(n * p.OH + oh) + (iw0 + p.pl - 2) * p.C + c0;
+      Vec fv[3];
+      for (int kw = 0; kw < 3; ++kw) fv[kw] = V::load(wt + (kh * 3 + kw) * cp + c0);
+#pragma GCC unroll 64
+      for (int k = NP + 1; k >= 0; --k) {
+        const Vec dv = V::load(d0 + k * p.C);
+#pragma GCC unroll 3
+        for (int kw = 0; kw < 3; ++kw) {
+          const int q = k + kw - 2;
+          if (q >= 0 && q < NP) a[q] = V::fma(dv, fv[kw], a[q]);
+        }
+      }
+    }
+    for (int q = 0; q < NP; ++q) acc[q][0] = a[q];
+  }
+
+  // Depthwise-like (Cg == 1): lanes over input channels c (= groups); lane c
+  // folds over its group's output channels c*cog + m, m ascending. Blocks of
+  // NW vectors; K3: interior blocks take dgrad_dw3_block (NW == 1).
+  template <int NP, int NW, bool K3>
+  static void dgrad_dw(const ConvProblem& p, const Rows<T>& dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
+    constexpr int BD = kLanes * NW;
+    const i64 cog = p.Cog(), nb = ceil_div(p.C, BD), cp = nb * BD, khw = p.KH * p.KW;
+    // wt[kh][kw][m][c] = f[kh, kw, 0, c*cog + m]
+    std::vector<T> wt(khw * cog * cp + kPad, T(0));
+    for (i64 t = 0; t < khw; ++t)
+      for (i64 m = 0; m < cog; ++m)
+        for (i64 c = 0; c < p.C; ++c) wt[(t * cog + m) * cp + c] = f[t * p.Co + c * cog + m];
+    std::vector<T> dyg;
+    if (cog > 1) dyg = group_major(p, dy, cog);
+    const Rows<T> dyin = cog > 1 ? rows_of(dyg, p.N * p.OH, p.OW * p.Co) : dy;
+    const PixelBlocks pb(p, NP);
+    const i64 units = p.N * p.H * nb * pb.count();
+    const Strides4 xs = dx.s;
+    ex.parallel_for(units, khw * cog * BD * NP, [&](i64 u0, i64 u1) {
+      FpEnvGuard guard;
+      // Channel blocks innermost: consecutive units read consecutive memory.
+      InnerCounter c(u0, nb);
+      i64 wb = 0, ih = 0, n = 0;
+      for (i64 u = u0; u < u1; ++u, c.next()) {
+        if (u == u0 || c.inner == 0) {
+          i64 rem = c.outer;
+          wb = rem % pb.count(); rem /= pb.count();
+          ih = rem % p.H; n = rem / p.H;
+        }
+        const i64 b = c.inner, c0 = b * BD;
+        // The dy row the next input row adds, a slice per unit (see fprop_dw).
+        const i64 oh_next = dgrad_out_row(p, ih + 1, 0);
+        if (ih + 1 < p.H && oh_next >= 0 && oh_next != dgrad_out_row(p, ih, 0))
+          prefetch_slice(dyin.row(n * p.OH + oh_next), p.OW * p.Co * sizeof(T), wb * nb + b, pb.count() * nb);
+        i64 iw[NP];
+        pb.cols(wb, iw);
+        Vec acc[NP][NW];
+        bool fast = false;  // K3 and every tap of every pixel valid
+        if constexpr (K3) {
+          fast = iw[NP - 1] >= 0 && iw[0] + p.pl - 2 >= 0 && iw[NP - 1] + p.pl < p.OW;
+          if (fast) dgrad_dw3_block<NP>(acc, p, dyin, wt.data(), cp, n, ih, iw[0], c0);
+        }
+        if (!fast) dgrad_dw_block<NP, NW>(acc, p, dyin, wt.data(), cp, n, ih, iw, c0);
+        for (int q = 0; q < NP; ++q)
+          for (int j = 0; j < NW; ++j)
+            if (iw[q] >= 0) put_lanes(dx, acc[q][j], xs.at(n, ih, iw[q], c0 + j * kLanes), xs.c, p.C - (c0 + j * kLanes));
+      }
+    });
+  }
+
+  // Few input channels per group (the RGB stem): lanes over input pixels
+  // instead of channels. A block is NPV vectors of kLanes pixels of one row and
+  // stride phase, iw = iw0 + l*sw, times the CG channels of one group. Tap kw
+  // sends lane l to output column ow0 + l, so dy is read transposed,
+  // dyt[n*OH + oh][o][ml + ow], with margins for lanes past the borders; a
+  // lane whose tap reaches no output keeps its accumulator (select), so every
+  // lane folds exactly the taps of dgrad_fold, o ascending.
+  // Vectors [V0, V1) of a block, every lane reached: o ascending, dy loaded once per o.
+  template <int CG, int NPV, int V0, int V1>
+  static inline __attribute__((always_inline)) void dgrad_pix_run(Vec (&a)[CG][NPV], const T* d, i64 ld, const T* w,
+                                                                  i64 cog) {
+    for (i64 o = 0; o < cog; ++o) {
+      Vec dv[NPV];
+      for (int v = V0; v < V1; ++v) dv[v] = V::load(d + o * ld + v * kLanes);
+      for (int i = 0; i < CG; ++i) {
+        const Vec fv = V::bcast(w[o * CG + i]);
+        for (int v = V0; v < V1; ++v) a[i][v] = V::fma(dv[v], fv, a[i][v]);
+      }
+    }
+  }
+
+  // One tap for the lanes [lo, hi) it reaches. Lanes from npix on are past
+  // the row (never stored, never masked); whole vectors of them are skipped.
+  template <int CG, int NPV>
+  static inline __attribute__((always_inline)) void dgrad_pix_tap(Vec (&acc)[CG][NPV], const T* d, i64 ld,
+                                                                  const T* w, i64 cog, i64 lo, i64 hi, i64 npix) {
+    Vec a[CG][NPV];
+    for (int i = 0; i < CG; ++i)
+      for (int v = 0; v < NPV; ++v) a[i][v] = acc[i][v];
+    const i64 nu = ceil_div(npix, kLanes), he = hi >= npix ? i64(NPV) * kLanes : hi;
+    if (lo == 0 && hi >= npix) {
+      switch (nu) {  // the vectors in use, unrolled
+        case NPV: dgrad_pix_run<CG, NPV, 0, NPV>(a, d, ld, w, cog); break;
+        case 1: dgrad_pix_run<CG, NPV, 0, 1>(a, d, ld, w, cog); break;
+        case 2: dgrad_pix_run<CG, NPV, 0, (NPV < 2 ? NPV : 2)>(a, d, ld, w, cog); break;
+        default: dgrad_pix_run<CG, NPV, 0, (NPV < 3 ? NPV : 3)>(a, d, ld, w, cog); break;
+      }
+    } else {
+#pragma GCC unroll 8
+      for (int v = 0; v < NPV; ++v) {  // border: vector by vector (unrolled: a stays in registers)
+        const int vlo = int(std::clamp<i64>(lo - v * kLanes, 0, kLanes)), vhi = int(std::clamp<i64>(he - v * kLanes, 0, kLanes));
+        if (v >= nu || vhi <= vlo) continue;
+        const typename V::M m = V::lanes(vlo, vhi);
+        const bool whole = vlo == 0 && vhi == kLanes;
+        for (i64 o = 0; o < cog; ++o) {
+          const Vec dv = V::load(d + o * ld + v * kLanes);
+          for (int i = 0; i < CG; ++i) {
+            const Vec r = V::fma(dv, V::bcast(w[o * CG + i]), a[i][v]);
+            a[i][v] = whole ? r : V::select(m, r, a[i][v]);
+          }
+        }
+      }
+    }
+    for (int i = 0; i < CG; ++i)
+      for (int v = 0; v < NPV; ++v) acc[i][v] = a[i][v];
+  }
+
+  template <int CG, int NPV>
+  static void dgrad_pix(const ConvProblem& p, const Rows<T>& dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
+    constexpr int BP = NPV * kLanes;
+    const i64 cog = p.Cog(), khw = p.KH * p.KW;
+    // wt[g][kh][kw][o_local][i] = f[kh, kw, i, g*cog + o_local]
+    std::vector<T> wt(p.G * khw * cog * CG + kPad, T(0));
+    for (i64 g = 0; g < p.G; ++g)
+      for (i64 t = 0; t < khw; ++t)
+        for (i64 ol = 0; ol < cog; ++ol)
+          for (i64 i = 0; i < CG; ++i) wt[((g * khw + t) * cog + ol) * CG + i] = f[(t * p.Cg + i) * p.Co + g * cog + ol];
+    const i64 bpp = ceil_div(ceil_div(p.W, p.sw), BP), nblk = p.sw * bpp;
+    // Columns t = iw + pl - kw*dw that any lane of any block meets.
+    const i64 t_min = p.pl - (p.KW - 1) * p.dw, t_max = (p.sw - 1) + (bpp * BP - 1) * p.sw + p.pl;
+    const i64 ml = t_min < 0 ? ceil_div(-t_min, p.sw) : 0, mr = std::max<i64>(0, t_max / p.sw + 1 - p.OW);
+    const i64 ld = ml + p.OW + mr, row_elems = p.Co * ld;
+    // A shard transposes the dy rows it needs into a small cache: the window
+    // of output rows one input row meets, plus one, so rows stay while ih advances.
+    const i64 slots = ((p.KH - 1) * p.dh) / p.sh + 2;
+    const i64 units = p.N * p.H * p.G * nblk;
+    const Strides4 xs = dx.s;
+    ex.parallel_for(units, khw * cog * CG * BP, [&](i64 u0, i64 u1) {
+      FpEnvGuard guard;
+      std::vector<T> cache(slots * row_elems + kPad, T(0));  // margins stay zero
+      std::vector<i64> tag(slots, -1);
+      auto trow = [&](i64 r) {  // dyt[o][ml + ow] of dy row r
+        T* dst = cache.data() + (r % slots) * row_elems;
+        if (tag[r % slots] != r) {
+          const T* src = dy.row(r);
+          for (i64 ow = 0; ow < p.OW; ++ow)
+            for (i64 o = 0; o < p.Co; ++o) dst[o * ld + ml + ow] = src[ow * p.Co + o];
+          tag[r % slots] = r;
+        }
+        return dst + ml;
+      };
+      InnerCounter c(u0, nblk);
+      i64 g = 0, ih = 0, n = 0;
+      for (i64 u = u0; u < u1; ++u, c.next()) {
+        if (u == u0 || c.inner == 0) {
+          i64 rem = c.outer;
+          g = rem % p.G; rem /= p.G;
+          ih = rem % p.H; n = rem / p.H;
+        }
+        const i64 iw0 = c.inner / bpp + (c.inner % bpp) * BP * p.sw;
+        if (iw0 >= p.W) continue;
+        const i64 npix = std::min<i64>(BP, ceil_div(p.W - iw0, p.sw));
+        Vec acc[CG][NPV];
+        for (int i = 0; i < CG; ++i)
+          for (int v = 0; v < NPV; ++v) acc[i][v] = V::zero();
+        for (i64 kh = 0; kh < p.KH; ++kh) {
+          const i64 oh = dgrad_out_row(p, ih, kh);
+          if (oh < 0) continue;
+          const T* drow = trow(n * p.OH + oh) + g * cog * ld;
+          for (i64 kw = 0; kw < p.KW; ++kw) {
+            const i64 t0 = iw0 + p.pl - kw * p.dw;
+            if ((t0 % p.sw + p.sw) % p.sw != 0) continue;  // this phase meets no output through kw
+            const i64 ow0 = t0 / p.sw, lo = std::max<i64>(0, -ow0), hi = std::min<i64>(BP, p.OW - ow0);
+            if (std::min(hi, npix) <= lo) continue;
+            dgrad_pix_tap<CG, NPV>(acc, drow + ow0, ld, wt.data() + (g * khw + kh * p.KW + kw) * cog * CG, cog, lo, hi,
+                                   npix);
+          }
+        }
+        for (int i = 0; i < CG; ++i)
+          for (int v = 0; v < NPV; ++v)
+            if (v * kLanes < npix)
+              put_lanes(dx, acc[i][v], xs.at(n, ih, iw0 + v * kLanes * p.sw, g * p.Cg + i), xs.w * p.sw, npix - v * kLanes);
+      }
+    });
+  }
+
+  static void dgrad(const ConvProblem& p, const Rows<T>& dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
+    if (p.D != 1 || p.KD != 1) {  // three spatial dimensions: the depth-aware kernel
+      dgrad_dense<PW>(p, dy, f, dx, ex);
+      return;
+    }
+    // Pixel lanes when channel lanes would be mostly empty (but not depthwise with many groups).
+    if (p.Cg <= 4 && p.Cg * 2 <= kLanes && (p.Cg > 1 || p.C * 2 <= kLanes)) {
+      switch (p.Cg) {
+        case 1: dgrad_pix<1, 4>(p, dy, f, dx, ex); return;
+        case 2: dgrad_pix<2, 4>(p, dy, f, dx, ex); return;
+        case 3: dgrad_pix<3, 4>(p, dy, f, dx, ex); return;
+        default: dgrad_pix<4, 3>(p, dy, f, dx, ex); return;
+      }
+    }
+    if (p.Cg == 1) {
+      if (p.KW == 3 && p.dw == 1 && p.sw == 1 && p.Cog() == 1) dgrad_dw<8, 1, true>(p, dy, f, dx, ex);
+      else dgrad_dw<PW, NV, false>(p, dy, f, dx, ex);
+      return;
+    }
+    dgrad_dense<PW>(p, dy, f, dx, ex);
+  }
+
+};

@@ -1,0 +1,262 @@
+// Forward pass (y = conv(x, f) + bias): dense (lanes over output channels)
+// and depthwise-like (Cg == 1) kernels. Part of the kernels of one ISA
+// (kernels_impl.h); shared pieces in kernels_base.h.
+
+template <class V>
+struct FpropKernels : KernelBase<V> {
+  using Base = KernelBase<V>;
+  using typename Base::T;
+  using typename Base::Vec;
+  using Base::kLanes;
+  using Base::PW;
+  using Base::NV;
+  using Base::BW;
+  using Base::TI;
+  using Base::put_lanes;
+  using Base::micro;
+  using Base::micro_mem;
+  using typename Base::InnerCounter;
+  using Base::repeat_channels;
+  using Base::rows_of;
+  using Base::prefetch_slice;
+
+  // Dense: lanes over BW output channels of one group, PW output pixels of a row.
+  template <int NP>
+  static void fprop_dense(const ConvProblem& p, const Rows<T>& x, const T* f, const T* bias, const OutSpec& y,
+                          const CpuExecutor& ex) {
+    const i64 cog = p.Cog(), nb = ceil_div(cog, BW), taps = p.KH * p.KW * p.Cg;
+    // Filter packed per (group, block): [taps][BW], zero lanes past the group.
+    std::vector<T> wp(p.G * nb * taps * BW), bp(p.G * nb * BW, T(0));
+    for (i64 g = 0; g < p.G; ++g)
+      for (i64 b = 0; b < nb; ++b)
+        for (i64 t = 0; t < taps; ++t)
+          for (i64 l = 0; l < BW; ++l) {
+            const i64 ol = b * BW + l;
+            wp[((g * nb + b) * taps + t) * BW + l] = ol < cog ? f[t * p.Co + g * cog + ol] : T(0);
+            if (bias && t == 0) bp[(g * nb + b) * BW + l] = ol < cog ? bias[g * cog + ol] : T(0);
+          }
+    const std::vector<T> zeros(p.Cg + kPad, T(0));
+    // One unit is one output row of one channel block. With many input
+    // channels the row's accumulators live in a memory tile and each tap
+    // (kh, kw) sweeps the whole row, so its filter slice stays in L1; the
+    // per-output order (kh, kw, i) is unchanged and an fp round trip through
+    // memory is exact. With few channels they stay in registers instead.
+    const i64 owb = ceil_div(p.OW, NP), units = p.N * p.OH * p.G * nb;
+    const bool tap_outer = p.Cg >= 16 && p.KH * p.KW > 1;
+    const Strides4 ys = y.s;
+    ex.parallel_for(units, taps * BW * p.OW, [&](i64 u0, i64 u1) {
+      FpEnvGuard guard;
+      std::vector<T> tile(tap_outer ? owb * NP * BW : 0);
+      for (i64 u = u0; u < u1; ++u) {
+        i64 rem = u;
+        const i64 b = rem % nb; rem /= nb;
+        const i64 g = rem % p.G; rem /= p.G;
+        const i64 oh = rem % p.OH, n = rem / p.OH;
+        const T* wg = wp.data() + (g * nb + b) * taps * BW;
+        // Input pixels tap (kh, kw) meets for outputs ow0..ow0+NP-1 (+0 in padding).
+        auto tap = [&](i64 ow0, i64 kh, i64 kw, const T* (&xp)[NP]) {
+          const i64 ih = fprop_in_row(p, oh, kh);
+          const bool row_in = ih >= 0 && ih < p.H;
+          for (int q = 0; q < NP; ++q) {
+            const i64 iw = fprop_in_col(p, ow0 + q, kw);
+            xp[q] = (row_in && iw >= 0 && iw < p.W && ow0 + q < p.OW) ? x.row(n * p.H + ih) + iw * p.C + g * p.Cg
+                                                                       : zeros.data();
+          }
+        };
+        auto emit = [&](i64 ow0, const Vec (&acc)[NP][NV]) {
+          for (int q = 0; q < NP; ++q)
+            for (int j = 0; j < NV; ++j) {
+              if (ow0 + q >= p.OW) continue;
+              Vec a = acc[q][j];
+              if (bias) a = V::add(a, V::load(bp.data() + (g * nb + b) * BW + j * kLanes));
+              const i64 o = g * cog + b * BW + j * kLanes;
+              put_lanes(y, a, ys.at(n, oh, ow0 + q, o), ys.c, cog - (b * BW + j * kLanes));
+            }
+        };
+        if (tap_outer) {
+          std::fill(tile.begin(), tile.end(), T(0));
+          for (i64 kh = 0; kh < p.KH; ++kh)
+            for (i64 kw = 0; kw < p.KW; ++kw) {
+              const T* wt = wg + (kh * p.KW + kw) * p.Cg * BW;
+              for (i64 wb = 0; wb < owb; ++wb) {
+                const T* xp[NP];
+                tap(wb * NP, kh, kw, xp);
+                Base::template micro_mem<NP>(tile.data() + wb * NP * BW, xp, wt, p.Cg);
+              }
+            }
+          for (i64 wb = 0; wb < owb; ++wb) {
+            Vec acc[NP][NV];
+            for (int q = 0; q < NP; ++q)
+              for (int j = 0; j < NV; ++j) acc[q][j] = V::load(tile.data() + wb * NP * BW + (q * NV + j) * kLanes);
+            emit(wb * NP, acc);
+          }
+        } else {
+          for (i64 wb = 0; wb < owb; ++wb) {
+            const i64 ow0 = wb * NP;
+            // With one group and no width dilation, the (kw, i) part of the fold
+            // walks one contiguous run of KW*C input values; where the run lies
+            // inside the row for all NP outputs, fold it in one sweep.
+            const bool run = p.G == 1 && p.dw == 1 && ow0 + NP <= p.OW && fprop_in_col(p, ow0, 0) >= 0 &&
+                             fprop_in_col(p, ow0 + NP - 1, p.KW - 1) < p.W;
+            Vec acc[NP][NV];
+            for (int q = 0; q < NP; ++q)
+              for (int j = 0; j < NV; ++j) acc[q][j] = V::zero();
+            for (i64 kh = 0; kh < p.KH; ++kh) {
+              const i64 ih = fprop_in_row(p, oh, kh);
+              if (run && ih >= 0 && ih < p.H) {
+                const T* xp[NP];
+                for (int q = 0; q < NP; ++q) xp[q] = x.row(n * p.H + ih) + fprop_in_col(p, ow0 + q, 0) * p.C;
+                micro(acc, xp, wg + kh * p.KW * p.Cg * BW, p.KW * p.Cg);
+                continue;
+              }
+              for (i64 kw = 0; kw < p.KW; ++kw) {
+                const T* xp[NP];
+                tap(ow0, kh, kw, xp);
+                micro(acc, xp, wg + (kh * p.KW + kw) * p.Cg * BW, p.Cg);
+              }
+            }
+            emit(ow0, acc);
+          }
+        }
+      }
+    });
+  }
+
+  // One depthwise block: NP output pixels x NW vectors of channels, folded
+  // over (kh, kw) on private accumulators (see micro()). xs: channels per input pixel.
+  template <int NP, int NW>
+  static inline __attribute__((always_inline)) void fprop_dw_block(Vec (&acc)[NP][NW], const ConvProblem& p,
+                                                                   const Rows<T>& x, i64 xs, const T* wp, i64 cop,
+                                                                   const T* zeros, i64 n, i64 oh, i64 ow0, i64 o0,
+                                                                   bool interior) {
+    Vec a[NP][NW];
+    for (int q = 0; q < NP; ++q)
+      for (int j = 0; j < NW; ++j) a[q][j] = V::zero();
+    for (i64 kh = 0; kh < p.KH; ++kh) {
+      const i64 ih = fprop_in_row(p, oh, kh);
+      const bool row_in = ih >= 0 && ih < p.H;
+      const T* xrow = row_in ? x.row(n * p.H + ih) + o0 : zeros;
+      for (i64 kw = 0; kw < p.KW; ++kw) {
+        Vec fv[NW];
+        for (int j = 0; j < NW; ++j) fv[j] = V::load(wp + (kh * p.KW + kw) * cop + o0 + j * kLanes);
+        if (interior && row_in) {  // every column in range: plain strided addresses
+          const T* x0 = xrow + fprop_in_col(p, ow0, kw) * xs;
+          for (int q = 0; q < NP; ++q)
+            for (int j = 0; j < NW; ++j) a[q][j] = V::fma(V::load(x0 + q * p.sw * xs + j * kLanes), fv[j], a[q][j]);
+          continue;
+        }
+        for (int q = 0; q < NP; ++q) {
+          const i64 iw = fprop_in_col(p, ow0 + q, kw);
+          // Padded taps are fma with +0, exactly as the contract says.
+          const T* px = (row_in && iw >= 0 && iw < p.W) ? xrow + iw * xs : zeros;
+          for (int j = 0; j < NW; ++j) a[q][j] = V::fma(V::load(px + j * kLanes), fv[j], a[q][j]);
+        }
+      }
+    }
+    for (int q = 0; q < NP; ++q)
+      for (int j = 0; j < NW; ++j) acc[q][j] = a[q][j];
+  }
+
+  // Interior depthwise block for 3-wide filters (no width dilation), stride
+  // SW, one vector of channels: each input column is loaded once per row kh
+  // and used by every output that meets it. Output q meets column c = q*SW + kw,
+  // so sweeping c upwards still gives each output its taps in kw order.
+  template <int NP, int SW>
+  static inline __attribute__((always_inline)) void fprop_dw3_block(Vec (&acc)[NP][1], const ConvProblem& p,
+                                                                    const Rows<T>& x, i64 xs, const T* wp, i64 cop,
+                                                                    const T* zeros, i64 n, i64 oh, i64 ow0, i64 o0) {
+    constexpr int NC = (NP - 1) * SW + 3;
+    Vec a[NP];
+    for (int q = 0; q < NP; ++q) a[q] = V::zero();
+    for (i64 kh = 0; kh < p.KH; ++kh) {
+      const i64 ih = fprop_in_row(p, oh, kh);
+      const bool row_in = ih >= 0 && ih < p.H;
+      // A padded row is fmas with +0 (the contract): the zero vector, column stride 0.
+      const T* x0 = row_in ? x.row(n * p.H + ih) + fprop_in_col(p, ow0, 0) * xs + o0 : zeros;
+      const i64 cs = row_in ? xs : 0;
+      Vec fv[3];
+      for (int kw = 0; kw < 3; ++kw) fv[kw] = V::load(wp + (kh * 3 + kw) * cop + o0);
+#pragma GCC unroll 64
+      for (int c = 0; c < NC; ++c) {
+        const Vec xv = V::load(x0 + c * cs);
+#pragma GCC unroll 3
+        for (int kw = 0; kw < 3; ++kw) {
+          const int d = c - kw;
+          if (d >= 0 && d % SW == 0 && d / SW < NP) a[d / SW] = V::fma(xv, fv[kw], a[d / SW]);
+        }
+      }
+    }
+    for (int q = 0; q < NP; ++q) acc[q][0] = a[q];
+  }
+
+  // Depthwise-like (Cg == 1): lanes over output channels across groups; lane o
+  // reads input channel o / cog. Each fold is over (kh, kw) only. Blocks of
+  // NW vectors; SW > 0: interior blocks take fprop_dw3_block (NW == 1).
+  template <int NP, int NW, int SW>
+  static void fprop_dw(const ConvProblem& p, const Rows<T>& x, const T* f, const T* bias, const OutSpec& y,
+                       const CpuExecutor& ex) {
+    constexpr int BD = kLanes * NW;
+    const i64 cog = p.Cog(), nb = ceil_div(p.Co, BD), cop = nb * BD, khw = p.KH * p.KW;
+    std::vector<T> wp(khw * cop + kPad, T(0)), bp(cop + kPad, T(0));
+    for (i64 t = 0; t < khw; ++t)
+      for (i64 o = 0; o < p.Co; ++o) wp[t * cop + o] = f[t * p.Co + o];
+    if (bias)
+      for (i64 o = 0; o < p.Co; ++o) bp[o] = bias[o];
+    std::vector<T> xr;
+    if (cog > 1) xr = repeat_channels(p, x, cog);
+    const Rows<T> xin = cog > 1 ? rows_of(xr, p.N * p.H, p.W * p.Co) : x;
+    const std::vector<T> zeros(cop + kPad, T(0));
+    const i64 owb = ceil_div(p.OW, NP), units = p.N * p.OH * nb * owb;
+    const Strides4 ys = y.s;
+    ex.parallel_for(units, khw * BD * NP, [&](i64 u0, i64 u1) {
+      FpEnvGuard guard;
+      // Channel blocks innermost: consecutive units read consecutive memory.
+      InnerCounter c(u0, nb);
+      i64 wb = 0, oh = 0, n = 0;
+      for (i64 u = u0; u < u1; ++u, c.next()) {
+        if (u == u0 || c.inner == 0) {
+          i64 rem = c.outer;
+          wb = rem % owb; rem /= owb;
+          oh = rem % p.OH; n = rem / p.OH;
+        }
+        const i64 b = c.inner, ow0 = wb * NP, o0 = b * BD;
+        // The input rows the next output row adds, prefetched a slice per unit:
+        // once a layer outgrows the cache this hides the memory latency.
+        const i64 r0 = std::max<i64>(0, fprop_in_row(p, oh, p.KH - 1) + 1);
+        const i64 r1 = std::min<i64>(p.H - 1, fprop_in_row(p, oh + 1, p.KH - 1));
+        for (i64 r = r0; r <= r1; ++r)
+          prefetch_slice(xin.row(n * p.H + r), p.W * p.Co * sizeof(T), wb * nb + b, owb * nb);
+        // Interior blocks: all NP outputs exist and every kw column is inside the row.
+        const bool interior = ow0 + NP <= p.OW && fprop_in_col(p, ow0, 0) >= 0 &&
+                              fprop_in_col(p, ow0 + NP - 1, p.KW - 1) < p.W;
+        Vec acc[NP][NW];
+        if constexpr (SW > 0) {
+          if (interior) fprop_dw3_block<NP, SW>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0);
+          else fprop_dw_block<NP, NW>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0, false);
+        } else {
+          fprop_dw_block<NP, NW>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0, interior);
+        }
+        for (int q = 0; q < NP; ++q)
+          for (int j = 0; j < NW; ++j) {
+            if (ow0 + q >= p.OW) continue;
+            Vec a = acc[q][j];
+            if (bias) a = V::add(a, V::load(bp.data() + o0 + j * kLanes));
+            put_lanes(y, a, ys.at(n, oh, ow0 + q, o0 + j * kLanes), ys.c, p.Co - (o0 + j * kLanes));
+          }
+      }
+    });
+  }
+
+  static void fprop(const ConvProblem& p, const Rows<T>& x, const T* f, const T* bias, const OutSpec& y,
+                    const CpuExecutor& ex) {
+    if (p.Cg == 1 && p.Cog() < kLanes) {
+      const bool k3 = p.KW == 3 && p.dw == 1;
+      if (k3 && p.sw == 1) fprop_dw<8, 1, 1>(p, x, f, bias, y, ex);
+      else if (k3 && p.sw == 2) fprop_dw<6, 1, 2>(p, x, f, bias, y, ex);
+      else fprop_dw<PW, NV, 0>(p, x, f, bias, y, ex);
+    } else {
+      fprop_dense<PW>(p, x, f, bias, y, ex);
+    }
+  }
+
+};

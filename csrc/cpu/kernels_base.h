@@ -1,0 +1,145 @@
+// What every CPU kernel shares, written once over a vector type V (simd_*.h)
+// and compiled once per ISA inside its own namespace (kernels_*.cc): the
+// vector and block sizes, the register-blocked inner loop, output rounding,
+// unit counting, and input re-layouts. Each computation is its own struct on
+// top of this one (fprop_impl.h, dgrad_impl.h, wgrad_impl.h). Every kernel
+// vectorizes across outputs (output channels, input channels, or dw elements)
+// and blocks several output pixels / taps in registers; each lane folds
+// exactly one output in the order of detconv/order.h, so ISA, block shape and
+// threads never change bits.
+//
+// Inputs arrive canonicalized by dispatch.cc: x and dy NHWC, f HWIO, all in
+// the accumulator type, each readable kPad elements past its end.
+//
+// Names: Vec is the ISA's vector of kLanes accumulators; NP (a template
+// parameter) is the number of output pixels in a register block, NV the
+// number of vectors per pixel, BW = kLanes * NV the channels of a block.
+
+template <class V>
+struct KernelBase {
+  using T = typename V::T;
+  using Vec = typename V::R;
+  static constexpr int kLanes = V::L, PW = V::kPW, NV = V::kNV, BW = kLanes * NV;
+  static constexpr int TI = V::kTI;  // input channels per dense dw register tile
+
+  // Writes lanes [0, n) of a vector block to out.put(base + lane*stride).
+  // v by value: taking an accumulator's address would pin it to memory and spill in the hot loop.
+  static void put_lanes(const OutSpec& out, Vec v, i64 base, i64 stride, i64 n) {
+    if (stride == 1 && out.dtype == (sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32)) {
+      T* dst = static_cast<T*>(out.base) + base;  // common case: no dtype switch per element
+      if (n >= kLanes) {
+        V::store(dst, V::canon(v));
+      } else {
+        alignas(64) T tmp[kLanes];
+        V::store(tmp, V::canon(v));
+        for (i64 l = 0; l < n; ++l) dst[l] = tmp[l];
+      }
+      return;
+    }
+    if constexpr (sizeof(T) == 4) {
+      if (out.dtype == DType::kFloat16 || out.dtype == DType::kBFloat16) {  // 16-bit outputs: vector rounding
+        std::uint16_t* dst = static_cast<std::uint16_t*>(out.base) + base;
+        alignas(64) std::uint16_t h[kLanes];
+        std::uint16_t* to = stride == 1 && n >= kLanes ? dst : h;  // whole vectors straight out, else scattered
+        if (out.dtype == DType::kFloat16) V::store_half(to, v);
+        else V::store_bf16(to, v);
+        if (to == h)
+          for (i64 l = 0; l < n && l < kLanes; ++l) dst[l * stride] = h[l];
+        return;
+      }
+    }
+    alignas(64) T tmp[kLanes];
+    V::store(tmp, v);
+    for (i64 l = 0; l < n && l < kLanes; ++l) out.put(base + l * stride, tmp[l]);
+  }
+
+  // The register-blocked inner loop: for i ascending, acc[q][j] = fma(x_q[i], w[i][j], acc[q][j]).
+  // It works on a private copy so the accumulators never have an address (the
+  // __may_alias__ vector types would otherwise force a store after every fma).
+  template <int NP>
+  static inline __attribute__((always_inline)) void micro_regs(Vec (&r)[NP][NV], const T* const (&xp)[NP], const T* w,
+                                                               i64 n) {
+    for (i64 i = 0; i < n; ++i) {
+      Vec fv[NV];
+      for (int j = 0; j < NV; ++j) fv[j] = V::load(w + i * BW + j * kLanes);
+      for (int q = 0; q < NP; ++q) {
+        const Vec xv = V::bcast(xp[q][i]);
+        for (int j = 0; j < NV; ++j) r[q][j] = V::fma(xv, fv[j], r[q][j]);
+      }
+    }
+  }
+  template <int NP>
+  static inline __attribute__((always_inline)) void micro(Vec (&acc)[NP][NV], const T* const (&xp)[NP], const T* w,
+                                                          i64 n) {
+    Vec r[NP][NV];
+    for (int q = 0; q < NP; ++q)
+      for (int j = 0; j < NV; ++j) r[q][j] = acc[q][j];
+    micro_regs<NP>(r, xp, w, n);
+    for (int q = 0; q < NP; ++q)
+      for (int j = 0; j < NV; ++j) acc[q][j] = r[q][j];
+  }
+  // The same on accumulators kept in a memory tile of NP*NV vectors (unaligned).
+  template <int NP>
+  static inline __attribute__((always_inline)) void micro_mem(T* tile, const T* const (&xp)[NP], const T* w, i64 n) {
+    Vec r[NP][NV];
+    for (int q = 0; q < NP; ++q)
+      for (int j = 0; j < NV; ++j) r[q][j] = V::load(tile + (q * NV + j) * kLanes);
+    micro_regs<NP>(r, xp, w, n);
+    for (int q = 0; q < NP; ++q)
+      for (int j = 0; j < NV; ++j) V::store(tile + (q * NV + j) * kLanes, r[q][j]);
+  }
+
+  // Unit index u = outer * n + inner with inner counted up across a shard, so
+  // the divisions that decode `outer` run once per n units, not per unit.
+  struct InnerCounter {
+    i64 n, inner, outer;
+    InnerCounter(i64 u, i64 n_) : n(n_), inner(u % n_), outer(u / n_) {}
+    bool next() {  // true when outer changed
+      if (++inner < n) return false;
+      inner = 0;
+      ++outer;
+      return true;
+    }
+  };
+
+  // Input with each channel repeated cog times, so that lane o of a depthwise
+  // kernel reads channel o contiguously (exact copies; kPad zeros at the end).
+  static std::vector<T> repeat_channels(const ConvProblem& p, const Rows<T>& x, i64 cog) {
+    const i64 rows = p.N * p.H, len = p.W * p.C * cog;
+    std::vector<T> out(rows * len + kPad, T(0));
+    for (i64 k = 0; k < rows; ++k) {
+      const T* src = x.row(k);
+      for (i64 e = 0; e < len; ++e) out[k * len + e] = src[e / cog];
+    }
+    return out;
+  }
+  static Rows<T> rows_of(const std::vector<T>& v, i64 nrows, i64 len) {
+    return Rows<T>{v.data(), len, nrows - 1, v.data() + (nrows - 1) * len};
+  }
+
+  // Prefetches the k-th of `parts` slices of [base, base + bytes): spread over
+  // the units of one output row, it brings in what the next row needs.
+  static void prefetch_slice(const void* base, i64 bytes, i64 k, i64 parts) {
+    const i64 lines = ceil_div(bytes, 64), per = ceil_div(lines, parts);
+    const char* c = static_cast<const char*>(base);
+    for (i64 l = k * per; l < std::min(lines, (k + 1) * per); ++l) __builtin_prefetch(c + l * 64);
+  }
+
+  // Peak probe: 12 independent fma chains (enough to cover FMA latency x
+  // throughput), iters rounds. Returns the flops done.
+  static double fma_probe(i64 iters) {
+    Vec a[12];
+    const Vec m = V::bcast(T(0.9999999)), c = V::bcast(T(1e-7));
+    for (int k = 0; k < 12; ++k) a[k] = V::bcast(T(1 + k));
+    for (i64 it = 0; it < iters; ++it)
+      for (int k = 0; k < 12; ++k) a[k] = V::fma(a[k], m, c);
+    alignas(64) T sink[kLanes];
+    Vec s = a[0];
+    for (int k = 1; k < 12; ++k) s = V::add(s, a[k]);
+    V::store(sink, s);
+    volatile T keep = sink[0];
+    (void)keep;
+    return 2.0 * kLanes * 12 * double(iters);
+  }
+
+};

@@ -1,0 +1,256 @@
+// Filter and bias gradients (dw, db): chunk parts folded per the contract's
+// shape-only chunks, then combined in chunk order. Part of the kernels of one
+// ISA (kernels_impl.h); shared pieces in kernels_base.h.
+
+template <class V>
+struct WgradKernels : KernelBase<V> {
+  using Base = KernelBase<V>;
+  using typename Base::T;
+  using typename Base::Vec;
+  using Base::kLanes;
+  using Base::PW;
+  using Base::NV;
+  using Base::BW;
+  using Base::TI;
+  using Base::put_lanes;
+  using Base::micro;
+  using Base::micro_mem;
+  using typename Base::InnerCounter;
+  using Base::repeat_channels;
+  using Base::rows_of;
+  using Base::prefetch_slice;
+
+  // Stores the first n (<= kLanes: only those) lanes of v to dst; tmp is scratch.
+  static void store_lanes(T* dst, Vec v, i64 n, T* tmp) {
+    if (n >= kLanes) {
+      V::store(dst, v);
+      return;
+    }
+    V::store(tmp, v);
+    for (i64 l = 0; l < n; ++l) dst[l] = tmp[l];
+  }
+
+  // The chunk parts' workspace: n elements, every one written by the kernel
+  // before combine() reads it, plus kPad zeros (combine reads whole vectors).
+  // From the framework's allocator when it offers one.
+  class Scratch {
+   public:
+    Scratch(const CpuExecutor& ex, i64 n) {
+      ptr_ = static_cast<T*>(ex.scratch((n + kPad) * i64(sizeof(T))));
+      if (!ptr_) {
+        own_.reset(new T[n + kPad]);
+        ptr_ = own_.get();
+      }
+      std::fill(ptr_ + n, ptr_ + n + kPad, T(0));
+    }
+    T* data() const { return ptr_; }
+   private:
+    std::unique_ptr<T[]> own_;
+    T* ptr_;
+  };
+
+  // Adds the ch.P chunk parts of every element in chunk order and rounds once.
+  static void combine(const Chunks& ch, i64 F, const T* parts, const OutSpec& out, const CpuExecutor& ex) {
+    const i64 units = ceil_div(F, kLanes);
+    ex.parallel_for(units, ch.P * kLanes, [&](i64 u0, i64 u1) {
+      FpEnvGuard guard;
+      for (i64 u = u0; u < u1; ++u) {
+        const i64 e0 = u * kLanes;
+        Vec s = V::load(parts + e0);  // parts is padded by kPad
+        for (i64 k = 1; k < ch.P; ++k) s = V::add(s, V::load(parts + k * F + e0));
+        put_lanes(out, s, e0, 1, F - e0);
+      }
+    });
+  }
+
+  static constexpr i64 kAheadR = 8;  // dy pixels prefetched ahead in dw folds
+  // The r loop of one dense dw tile, on private accumulators (see micro()).
+  static inline __attribute__((always_inline)) void wgrad_dense_fold(Vec (&acc)[TI][NV], const ConvProblem& p,
+                                                                     const Chunks& ch, i64 k, i64 kh, i64 kw,
+                                                                     const Rows<T>& x, i64 xoff, const Rows<T>& dy,
+                                                                     i64 dyoff, const T* zeros) {
+    Vec a[TI][NV];
+    for (int t = 0; t < TI; ++t)
+      for (int j = 0; j < NV; ++j) a[t][j] = V::zero();
+    // r ascending, walked one output row segment (fixed n, oh) at a time;
+    // one division for the chunk, none per segment.
+    i64 n, oh, ow;
+    split_r(p, ch.begin(k), n, oh, ow);
+    for (i64 r = ch.begin(k), end = ch.end(k); r < end; ow = 0, oh = oh + 1 == p.OH ? 0 : oh + 1, n += oh == 0) {
+      const i64 seg = std::min(end - r, p.OW - ow);
+      const i64 ih = fprop_in_row(p, oh, kh);
+      const bool row_in = ih >= 0 && ih < p.H;
+      const T* xrow = row_in ? x.row(n * p.H + ih) + xoff : zeros;
+      const T* dyr = dy.row(n * p.OH + oh) + ow * p.Co + dyoff;
+      i64 iw = fprop_in_col(p, ow, kw);
+      for (i64 e = 0; e < seg; ++e, iw += p.sw, dyr += p.Co) {
+        // +0 in padding, exactly as the forward pass.
+        const T* xp = (row_in && iw >= 0 && iw < p.W) ? xrow + iw * p.C : zeros;
+        __builtin_prefetch(dyr + kAheadR * p.Co);  // dy strides by whole pixels: ahead of the hardware
+        Vec dv[NV];
+        for (int j = 0; j < NV; ++j) dv[j] = V::load(dyr + j * kLanes);
+        for (int t = 0; t < TI; ++t) {
+          const Vec xv = V::bcast(xp[t]);
+          for (int j = 0; j < NV; ++j) a[t][j] = V::fma(xv, dv[j], a[t][j]);
+        }
+      }
+      r += seg;
+    }
+    for (int t = 0; t < TI; ++t)
+      for (int j = 0; j < NV; ++j) acc[t][j] = a[t][j];
+  }
+
+  // Dense: lanes over BW output channels of one group, NI consecutive i of one
+  // (kh, kw) tap in registers; the fold runs over r inside one chunk.
+  static void wgrad_dense(const ConvProblem& p, const Chunks& ch, const Rows<T>& x, const Rows<T>& dy, T* parts,
+                          const CpuExecutor& ex) {
+    constexpr int NI = TI;  // input channels per register tile
+    const i64 cog = p.Cog(), nb = ceil_div(cog, BW), ib = ceil_div(p.Cg, NI), F = p.filter_elems();
+    const std::vector<T> zeros(NI + kPad, T(0));
+    const i64 units = ch.P * p.G * nb * p.KH * p.KW * ib;
+    ex.parallel_for(units, ch.L * NI * BW, [&](i64 u0, i64 u1) {
+      FpEnvGuard guard;
+      alignas(64) T tmp[kLanes];
+      // Unit u = ((((k*G + g)*KH + kh)*KW + kw)*ib + bi)*nb + b, decoded once and then counted
+      // up. Output-channel blocks innermost: one i-block's x values stay in L1 while the
+      // chunk's dy rows (all channels) stay in L2.
+      i64 rem = u0;
+      i64 b = rem % nb; rem /= nb;
+      i64 bi = rem % ib; rem /= ib;
+      i64 kw = rem % p.KW; rem /= p.KW;
+      i64 kh = rem % p.KH; rem /= p.KH;
+      i64 g = rem % p.G, k = rem / p.G;
+      for (i64 u = u0; u < u1; ++u) {
+        if (u > u0 && ++b == nb) {
+          b = 0;
+          if (++bi == ib) {
+            bi = 0;
+            if (++kw == p.KW) {
+              kw = 0;
+              if (++kh == p.KH) {
+                kh = 0;
+                if (++g == p.G) { g = 0; ++k; }
+              }
+            }
+          }
+        }
+        const i64 i0 = bi * NI, o0 = g * cog + b * BW;
+        Vec acc[NI][NV];
+        wgrad_dense_fold(acc, p, ch, k, kh, kw, x, g * p.Cg + i0, dy, o0, zeros.data());
+        for (int t = 0; t < NI; ++t)
+          for (int j = 0; j < NV; ++j) {
+            if (i0 + t >= p.Cg) continue;
+            const i64 ol0 = b * BW + j * kLanes;
+            T* dst = parts + k * F + ((kh * p.KW + kw) * p.Cg + i0 + t) * p.Co + g * cog + ol0;
+            store_lanes(dst, acc[t][j], cog - ol0, tmp);
+          }
+      }
+    });
+  }
+
+  // The r loop of one depthwise dw tile (PW taps kw0.. of row kh x BW
+  // channels), on private accumulators, one output row segment at a time.
+  // x holds one input channel per output channel (see repeat_channels).
+  static inline __attribute__((always_inline)) void wgrad_dw_fold(Vec (&acc)[PW][NV], const ConvProblem& p,
+                                                                  const Chunks& ch, i64 k, i64 kh, i64 kw0, i64 o0,
+                                                                  const Rows<T>& x, const Rows<T>& dy,
+                                                                  const T* zeros) {
+    Vec a[PW][NV];
+    for (int t = 0; t < PW; ++t)
+      for (int j = 0; j < NV; ++j) a[t][j] = V::zero();
+    for (i64 r = ch.begin(k), end = ch.end(k); r < end;) {
+      i64 n, oh, ow;
+      split_r(p, r, n, oh, ow);
+      const i64 seg = std::min(end - r, p.OW - ow);
+      const i64 ih = fprop_in_row(p, oh, kh);
+      const bool row_in = ih >= 0 && ih < p.H;
+      const T* xrow = row_in ? x.row(n * p.H + ih) + o0 : zeros;
+      const T* dyr = dy.row(n * p.OH + oh) + ow * p.Co + o0;
+      for (i64 e = 0; e < seg; ++e, ++ow, dyr += p.Co) {
+        Vec dv[NV];
+        for (int j = 0; j < NV; ++j) dv[j] = V::load(dyr + j * kLanes);
+        for (int t = 0; t < PW; ++t) {
+          const i64 iw = fprop_in_col(p, ow, kw0 + t);
+          // +0 in padding (and for taps past KW, whose results are dropped).
+          const T* px = (row_in && iw >= 0 && iw < p.W && kw0 + t < p.KW) ? xrow + iw * p.Co : zeros;
+          for (int j = 0; j < NV; ++j) a[t][j] = V::fma(V::load(px + j * kLanes), dv[j], a[t][j]);
+        }
+      }
+      r += seg;
+    }
+    for (int t = 0; t < PW; ++t)
+      for (int j = 0; j < NV; ++j) acc[t][j] = a[t][j];
+  }
+
+  // Depthwise-like (Cg == 1): lanes over all output channels, NK taps (kw) of one row.
+  static void wgrad_dw(const ConvProblem& p, const Chunks& ch, const Rows<T>& x, const Rows<T>& dy, T* parts,
+                       const CpuExecutor& ex) {
+    constexpr int NK = PW;  // taps per register tile
+    const i64 cog = p.Cog(), nb = ceil_div(p.Co, BW), kb = ceil_div(p.KW, NK), F = p.filter_elems();
+    std::vector<T> xr;
+    if (cog > 1) xr = repeat_channels(p, x, cog);
+    const Rows<T> xin = cog > 1 ? rows_of(xr, p.N * p.H, p.W * p.Co) : x;
+    const std::vector<T> zeros(nb * BW + kPad, T(0));
+    const i64 units = ch.P * nb * p.KH * kb;
+    ex.parallel_for(units, ch.L * NK * BW, [&](i64 u0, i64 u1) {
+      FpEnvGuard guard;
+      alignas(64) T tmp[kLanes];
+      for (i64 u = u0; u < u1; ++u) {
+        i64 rem = u;
+        const i64 bk = rem % kb; rem /= kb;
+        const i64 kh = rem % p.KH; rem /= p.KH;
+        const i64 b = rem % nb, k = rem / nb;
+        const i64 kw0 = bk * NK, o0 = b * BW;
+        Vec acc[NK][NV];
+        wgrad_dw_fold(acc, p, ch, k, kh, kw0, o0, xin, dy, zeros.data());
+        for (int t = 0; t < NK; ++t)
+          for (int j = 0; j < NV; ++j) {
+            if (kw0 + t >= p.KW) continue;
+            T* dst = parts + k * F + (kh * p.KW + kw0 + t) * p.Co + o0 + j * kLanes;
+            store_lanes(dst, acc[t][j], p.Co - (o0 + j * kLanes), tmp);
+          }
+      }
+    });
+  }
+
+  static void wgrad(const ConvProblem& p, const Rows<T>& x, const Rows<T>& dy, const OutSpec& dw, const CpuExecutor& ex) {
+    const i64 F = p.filter_elems();
+    const Chunks ch = reduction_chunks(p.R(), F);
+    if (ch.P == 0) {  // no outputs: dw = +0
+      ex.parallel_for(F, 1, [&](i64 e0, i64 e1) { for (i64 e = e0; e < e1; ++e) dw.put(e, T(0)); });
+      return;
+    }
+    Scratch parts(ex, ch.P * F);
+    if (p.Cg == 1 && p.Cog() < kLanes) wgrad_dw(p, ch, x, dy, parts.data(), ex);
+    else wgrad_dense(p, ch, x, dy, parts.data(), ex);
+    combine(ch, F, parts.data(), dw, ex);
+  }
+
+  static void bgrad(const ConvProblem& p, const Rows<T>& dy, const OutSpec& db, const CpuExecutor& ex) {
+    const i64 F = p.Co;
+    const Chunks ch = reduction_chunks(p.R(), F);
+    if (ch.P == 0) {
+      for (i64 o = 0; o < F; ++o) db.put(o, T(0));
+      return;
+    }
+    Scratch parts(ex, ch.P * F);
+    const i64 nb = ceil_div(F, kLanes);
+    ex.parallel_for(ch.P * nb, ch.L * kLanes, [&](i64 u0, i64 u1) {
+      FpEnvGuard guard;
+      alignas(64) T tmp[kLanes];
+      for (i64 u = u0; u < u1; ++u) {
+        const i64 b = u % nb, k = u / nb, o0 = b * kLanes;
+        Vec s = V::zero();
+        for (i64 r = ch.begin(k), end = ch.end(k); r < end;) {  // r ascending, one output row at a time
+          const i64 ow = r % p.OW, seg = std::min(end - r, p.OW - ow);
+          const T* d = dy.row(r / p.OW) + ow * F + o0;
+          for (i64 e = 0; e < seg; ++e) s = V::add(s, V::load(d + e * F));
+          r += seg;
+        }
+        store_lanes(parts.data() + k * F + o0, s, F - o0, tmp);
+      }
+    });
+    combine(ch, F, parts.data(), db, ex);
+  }
+
+};
