@@ -10,6 +10,8 @@ rng = np.random.default_rng(11)
 XS = tf.constant(rng.standard_normal((3, 2, 6, 5, 4)).astype(np.float32))   # 3 iterations of a batch of 2
 FS = tf.constant(rng.standard_normal((3, 3, 3, 4, 6)).astype(np.float32))   # 3 filters
 B = tf.constant(rng.standard_normal(6).astype(np.float32))
+XS3 = tf.constant(rng.standard_normal((3, 2, 4, 5, 4, 4)).astype(np.float32))  # 3 iterations of 2 volumes
+FS3 = tf.constant(rng.standard_normal((2, 3, 3, 4, 6)).astype(np.float32))
 
 
 def bits(t):
@@ -33,6 +35,13 @@ CASES = {
     "filter gradient": (lambda x: detconv.conv2d_backprop_filter(x, [3, 3, 4, 6], detconv.conv2d(x, FS[0], 1, "SAME"),
                                                                  1, "SAME"), XS),
     "bias gradient": (lambda x: detconv.bias_grad(x), XS),
+    "conv3d over volumes": (lambda x: detconv.conv3d(x, FS3, [1, 2, 1], "SAME", bias=B), XS3),
+    "conv3d input gradient": (lambda x: detconv.conv3d_backprop_input(tf.shape(x), FS3,
+                                                                      detconv.conv3d(x, FS3, 1, "SAME"), 1, "SAME"),
+                              XS3),
+    "conv3d filter gradient": (lambda x: detconv.conv3d_backprop_filter(x, [2, 3, 3, 4, 6],
+                                                                        detconv.conv3d(x, FS3, 1, "SAME"), 1, "SAME"),
+                               XS3),
 }
 
 
