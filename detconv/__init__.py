@@ -1,6 +1,6 @@
 """detconv: deterministic conv2d for TensorFlow, the same bits on every device.
 
-Every output is computed in the one summation order of CONTRACT.md (order
+Every output is computed in the one summation order of docs/contract.md (order
 version ``ORDER_VERSION``) with IEEE fused multiply-adds. The TensorFlow parts
 (``conv2d`` and friends, ``detconv.keras``) load lazily, so ``detconv.reference``
 (NumPy) and ``detconv.kernels`` (raw kernels on NumPy/CuPy/PyTorch arrays)

@@ -1,6 +1,6 @@
 """Deterministic drop-ins for tf.nn convolutions.
 
-Arguments take the same forms as tf.nn; every result follows CONTRACT.md's
+Arguments take the same forms as tf.nn; every result follows docs/contract.md's
 order, so its bits depend only on the input bits and the problem shape.
 """
 

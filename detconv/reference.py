@@ -1,6 +1,6 @@
 """Bit-exact NumPy reference for the detconv numerics contract (order version 1).
 
-Every function here folds each output in exactly the order CONTRACT.md
+Every function here folds each output in exactly the order docs/contract.md
 prescribes, with exactly rounded fused multiply-adds emulated in NumPy, so its
 results are the bits every detconv kernel (CPU or CUDA) must produce. It needs
 only numpy and ml_dtypes; it is slow compared with the kernels but vectorised

@@ -2,7 +2,7 @@
 
 The oracle here shares no code with the reference: fma is computed with
 fractions.Fraction and rounded by integer arithmetic, and the convolutions are
-plain scalar loops written from CONTRACT.md. Comparisons are on bits.
+plain scalar loops written from docs/contract.md. Comparisons are on bits.
 """
 
 import importlib.util

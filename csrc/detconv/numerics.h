@@ -1,6 +1,6 @@
 // Scalar IEEE helpers shared by host and device code: 16-bit conversions,
 // the single final rounding, canonical NaN, and exact binary16 arithmetic
-// emulated in binary32 (CONTRACT.md, "Types and rounding").
+// emulated in binary32 (docs/contract.md, "Types and rounding").
 #pragma once
 #include <cstdint>
 #include <cstring>

@@ -1,4 +1,4 @@
-// THE summation order (CONTRACT.md, order version 1), written once.
+// THE summation order (docs/contract.md, order version 1), written once.
 //
 // Every implementation - the host SIMD kernels, the CUDA kernels and (in
 // Python) detconv/reference.py - folds each output exactly as the loop nests

@@ -1,6 +1,6 @@
 // One problem struct for every implementation: host kernels, CUDA kernels,
 // the TensorFlow ops and the pybind module all derive output sizes, padding
-// and tensor strides from here (CONTRACT.md, "Notation").
+// and tensor strides from here (docs/contract.md, "Notation").
 #pragma once
 #include <cstdint>
 #include <initializer_list>
@@ -58,7 +58,7 @@ DC_HD Strides4 make_strides(Layout layout, i64 D, i64 H, i64 W, i64 C) {
 DC_HD Strides4 make_strides(Layout layout, i64 H, i64 W, i64 C) { return make_strides(layout, 1, H, W, C); }
 
 // Depth (D, KD, OD, sd, dd, pf, pk) is the outermost spatial dimension
-// (CONTRACT.md, "Three spatial dimensions"); its defaults make a 2-D problem
+// (docs/contract.md, "Notation": 2-D is depth 1); its defaults make a 2-D problem
 // (depth 1), so 2-D code that never reads them stays exact.
 struct ConvProblem {
   i64 N = 0, H = 0, W = 0, C = 0;       // input x[n, h, w, c]
@@ -106,7 +106,7 @@ inline bool count(std::initializer_list<i64> dims, i64* out) {
 }
 
 // Padding and output size of one spatial dimension, overflow-checked
-// (CONTRACT.md, "Notation"). Returns an empty string or the error.
+// (docs/contract.md, "Notation"). Returns an empty string or the error.
 inline std::string resolve_dim(Padding mode, i64 size, i64 k, i64 stride, i64 dil, i64* pad_lo, i64* pad_hi,
                                i64* out) {
   i64 ek;  // dilated extent (k - 1)*dil + 1

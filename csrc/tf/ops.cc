@@ -97,7 +97,7 @@ REGISTER_OP("DetConv>Conv2D")
     .DETCONV_COMMON_ATTRS
     .Attr("use_bias: bool = false")
     .SetShapeFn(conv_shape<2>)
-    .Doc("Deterministic conv2d (+ fused bias) in the order of detconv CONTRACT.md. bias is [Co], or [0] when use_bias is false.");
+    .Doc("Deterministic conv2d (+ fused bias) in the order of detconv docs/contract.md. bias is [Co], or [0] when use_bias is false.");
 
 REGISTER_OP("DetConv>Conv2DBackpropInput")
     .Input("input_sizes: int32")
