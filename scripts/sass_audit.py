@@ -16,8 +16,8 @@ Usage:
                                  [--json FILE] [--markdown] [--no-table]
 
 Exit codes: 0 clean, 1 numerics violations, 2 compile/disassembly error,
-77 toolchain missing (nvcc, or cuobjdump + nvdisasm; `pip install
-nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm` provides the latter two).
+77 toolchain missing (nvcc or its host C++ compiler, or cuobjdump + nvdisasm;
+`pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm` provides the latter two).
 
 Numerics rules (function `audit_lines` / `audit_insns`; pure, no tools needed)
 ----------------------------------------------------------------------------
@@ -629,6 +629,11 @@ def probe_disassembler(nvcc, cuobjdump, env, arch, tmp: Path):
                        capture_output=True, text=True)
     if r.returncode != 0:
         log(r.stderr)
+        if "Failed to preprocess host compiler properties" in r.stderr or not any(
+                shutil.which(c) for c in ("gcc", "g++", "cc", "c++", "clang++")):
+            # nvcc needs a host C++ compiler even for device code (e.g. a wheel installed without one)
+            print("sass_audit: skipped: nvcc has no host C++ compiler on PATH")
+            sys.exit(EXIT_SKIP)
         print(f"sass_audit: nvcc cannot compile a trivial kernel for sm_{arch}")
         sys.exit(EXIT_ERROR)
     r = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True, env=env)
