@@ -143,28 +143,33 @@ def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,
                        data_format, dl, bias=ts[2] if bias is not None else None, accumulation=accumulation)
             y = tf.reshape(y, tf.concat([lead, tf.shape(y)[1:]], 0))
             return tf.ensure_shape(y, x.shape[:-3].concatenate([None, None, None]))
-        _check_rank(x, 4, "input")
-        _check_rank(f, 4, "filters")
-        acc = _accumulation(accumulation, x.dtype)
-        if bias is not None:
-            b = ts[2]
-            _check_rank(b, 1, "bias")
-            if b.shape[0] is not None and f.shape[3] is not None and b.shape[0] != f.shape[3]:
-                raise ValueError(f"bias: must have shape [{f.shape[3]}] (out-channels), got {b.shape}")
-        else:
-            b = tf.zeros([0], dtype=x.dtype)
-        _check_static(x, f, data_format)
-        return load_ops().det_conv_conv2d(x, f, b, use_bias=bias is not None,
-                                          **_attrs(st, dl, mode, explicit, data_format, acc))
+        return _conv_op(2, x, f, ts[2] if bias is not None else None, st, dl, mode, explicit, data_format,
+                        accumulation)
+
+
+def _conv_op(ndims, x, f, b, st, dl, mode, explicit, data_format, accumulation):
+    """The forward op of ndims spatial dimensions on tensors whose arguments are normalized."""
+    _check_rank(x, ndims + 2, "input")
+    _check_rank(f, ndims + 2, "filters")
+    acc = _accumulation(accumulation, x.dtype)
+    if b is not None:
+        _check_rank(b, 1, "bias")
+        if b.shape[0] is not None and f.shape[-1] is not None and b.shape[0] != f.shape[-1]:
+            raise ValueError(f"bias: must have shape [{f.shape[-1]}] (out-channels), got {b.shape}")
+    _check_static(x, f, data_format)
+    op = load_ops().det_conv_conv3d if ndims == 3 else load_ops().det_conv_conv2d
+    return op(x, f, tf.zeros([0], dtype=x.dtype) if b is None else b, use_bias=b is not None,
+              **_attrs(st, dl, mode, explicit, data_format, acc))
 
 
 def _check_static(x, f, data_format):
     """Shape errors that can be seen before running, named by argument."""
     if x.shape.rank is None or f.shape.rank is None:
         return  # unknown rank: the kernel checks at run time
-    c = x.shape[1] if data_format == "NCHW" else x.shape[3]
-    kh, kw, cg, co = f.shape
-    for dim, label in ((kh, "height"), (kw, "width"), (cg, "in-channels")):  # zero out-channels: empty output
+    c = x.shape[-1] if _args.channels_last(data_format) else x.shape[1]
+    *spatial, cg, co = f.shape
+    labels = ("depth", "height", "width")[-len(spatial):]
+    for dim, label in (*zip(spatial, labels), (cg, "in-channels")):  # zero out-channels: empty output
         if dim is not None and dim == 0:
             raise _invalid(f"filters: zero-size filter ({label} is 0)")
     if c is not None and c == 0:  # tf.nn: "grouped convolution must have at least one group"
@@ -378,22 +383,6 @@ def convolution(input, filters, strides=None, padding="VALID", data_format=None,
 
 
 # ------------------------------------------------------------------ three spatial dimensions
-def _check_static_3d(x, f, data_format):
-    if x.shape.rank is None or f.shape.rank is None:
-        return
-    c = x.shape[1] if data_format == "NCDHW" else x.shape[4]
-    kd, kh, kw, cg, co = f.shape
-    for dim, label in ((kd, "depth"), (kh, "height"), (kw, "width"), (cg, "in-channels")):
-        if dim is not None and dim == 0:
-            raise _invalid(f"filters: zero-size filter ({label} is 0)")
-    if c is not None and cg is not None:
-        if c == 0 or c % cg != 0:
-            raise ValueError(f"filters: input channels ({c}) must be a positive multiple of the filter's "
-                             f"in-channels ({cg})")
-        if co is not None and co % (c // cg) != 0:
-            raise ValueError(f"filters: out-channels ({co}) must be divisible by the number of groups ({c // cg})")
-
-
 @_tf_nn_errors
 def conv3d(input, filters, strides, padding, data_format="NDHWC", dilations=None, name=None, *, bias=None,
            accumulation=None):
@@ -403,20 +392,8 @@ def conv3d(input, filters, strides, padding, data_format="NDHWC", dilations=None
     with tf.name_scope(name or "detconv_conv3d"):
         named = [("input", input), ("filters", filters)] + ([("bias", bias)] if bias is not None else [])
         ts = _tensors(named)
-        x, f = ts[0], ts[1]
-        _check_rank(x, 5, "input")
-        _check_rank(f, 5, "filters")
-        acc = _accumulation(accumulation, x.dtype)
-        if bias is not None:
-            b = ts[2]
-            _check_rank(b, 1, "bias")
-            if b.shape[0] is not None and f.shape[4] is not None and b.shape[0] != f.shape[4]:
-                raise ValueError(f"bias: must have shape [{f.shape[4]}] (out-channels), got {b.shape}")
-        else:
-            b = tf.zeros([0], dtype=x.dtype)
-        _check_static_3d(x, f, data_format)
-        return load_ops().det_conv_conv3d(x, f, b, use_bias=bias is not None,
-                                          **_attrs(st, dl, mode, explicit, data_format, acc))
+        return _conv_op(3, ts[0], ts[1], ts[2] if bias is not None else None, st, dl, mode, explicit, data_format,
+                        accumulation)
 
 
 @_tf_nn_errors

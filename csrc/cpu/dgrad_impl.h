@@ -4,21 +4,7 @@
 
 template <class V>
 struct DgradKernels : KernelBase<V> {
-  using Base = KernelBase<V>;
-  using typename Base::T;
-  using typename Base::Vec;
-  using Base::kLanes;
-  using Base::PW;
-  using Base::NV;
-  using Base::BW;
-  using Base::TI;
-  using Base::put_lanes;
-  using Base::micro;
-  using Base::micro_mem;
-  using typename Base::InnerCounter;
-  using Base::repeat_channels;
-  using Base::rows_of;
-  using Base::prefetch_slice;
+  DETCONV_KERNEL_BASE_NAMES
 
   // A tap that reaches no output is skipped, never multiplied by +0 (that
   // would turn an underflowed -0 accumulator into +0, or 0*inf into NaN).

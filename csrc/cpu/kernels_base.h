@@ -143,3 +143,22 @@ struct KernelBase {
   }
 
 };
+
+// What each computation's struct (FpropKernels, ...) takes from KernelBase<V>:
+// a dependent base's names must be brought in by name.
+#define DETCONV_KERNEL_BASE_NAMES         \
+  using Base = KernelBase<V>;             \
+  using typename Base::T;                 \
+  using typename Base::Vec;               \
+  using Base::kLanes;                     \
+  using Base::PW;                         \
+  using Base::NV;                         \
+  using Base::BW;                         \
+  using Base::TI;                         \
+  using Base::put_lanes;                  \
+  using Base::micro;                      \
+  using Base::micro_mem;                  \
+  using typename Base::InnerCounter;      \
+  using Base::repeat_channels;            \
+  using Base::rows_of;                    \
+  using Base::prefetch_slice;

@@ -4,21 +4,7 @@
 
 template <class V>
 struct WgradKernels : KernelBase<V> {
-  using Base = KernelBase<V>;
-  using typename Base::T;
-  using typename Base::Vec;
-  using Base::kLanes;
-  using Base::PW;
-  using Base::NV;
-  using Base::BW;
-  using Base::TI;
-  using Base::put_lanes;
-  using Base::micro;
-  using Base::micro_mem;
-  using typename Base::InnerCounter;
-  using Base::repeat_channels;
-  using Base::rows_of;
-  using Base::prefetch_slice;
+  DETCONV_KERNEL_BASE_NAMES
 
   // Stores the first n (<= kLanes: only those) lanes of v to dst; tmp is scratch.
   static void store_lanes(T* dst, Vec v, i64 n, T* tmp) {
