@@ -37,9 +37,15 @@ __all__ = [
     "conv2d_backprop_input",
     "conv2d_backprop_filter",
     "bias_grad",
+    "conv2d_transpose",
     "conv3d",
     "conv3d_backprop_input",
     "conv3d_backprop_filter",
+    "conv3d_transpose",
+    "conv1d",
+    "conv1d_transpose",
+    "depthwise_conv2d",
+    "separable_conv2d",
     "cuda_available",
     "cpu_isa",
     "set_cpu_isa",
@@ -436,6 +442,75 @@ def conv3d_backprop_filter(x, dy, filter_shape, strides=1, padding="VALID", dila
                            data_format="NDHWC", threads=None):
     """dw[kd, kh, kw, i, o]: the contract's chunked fold over (n, od, oh, ow); filter_shape is DHWIO."""
     return _wgrad(3, x, dy, filter_shape, strides, padding, dilations, accumulation, data_format, threads)
+
+
+def conv2d_transpose(dy, f, output_shape, strides=1, padding="VALID", dilations=1, *, accumulation=None,
+                     data_format="NHWC", threads=None):
+    """tf.nn.conv2d_transpose: the input gradient (f is [KH, KW, out, in], as TensorFlow's)."""
+    return conv2d_backprop_input(dy, f, output_shape, strides, padding, dilations, accumulation=accumulation,
+                                 data_format=data_format, threads=threads)
+
+
+def conv3d_transpose(dy, f, output_shape, strides=1, padding="VALID", dilations=1, *, accumulation=None,
+                     data_format="NDHWC", threads=None):
+    """tf.nn.conv3d_transpose: the 3-D input gradient."""
+    return conv3d_backprop_input(dy, f, output_shape, strides, padding, dilations, accumulation=accumulation,
+                                 data_format=data_format, threads=threads)
+
+
+# 1-D and the composite convolutions: the 2-D computations on reshaped views (docs/contract.md, "Composite
+# operations"); [:, None] and .reshape work alike on NumPy, CuPy and PyTorch arrays.
+def _height1(data_format):
+    """(2-D data_format, axis of the inserted height) for a 1-D data_format."""
+    data_format = _args.data_format(data_format, 1)
+    return ("NHWC", 1) if _args.channels_last(data_format) else ("NCHW", 2)
+
+
+def _pad_1d(padding):
+    return padding if isinstance(padding, str) else [[0, 0], list(padding)]
+
+
+def _at_height1(a, axis):
+    return a[:, None] if axis == 1 else a[:, :, None]
+
+
+def conv1d(x, f, stride=1, padding="VALID", dilation=1, *, bias=None, accumulation=None, data_format="NWC",
+           threads=None):
+    """tf.nn.conv1d (x [N, W, C], f [K, Cg, Co], padding a string or (before, after)): conv2d at height 1."""
+    fmt, axis = _height1(data_format)
+    y = conv2d(_at_height1(x, axis), f[None], (1, stride), _pad_1d(padding), (1, dilation), bias=bias,
+               accumulation=accumulation, data_format=fmt, threads=threads)
+    return y[:, 0] if axis == 1 else y[:, :, 0]
+
+
+def conv1d_transpose(dy, f, output_shape, stride=1, padding="VALID", dilation=1, *, accumulation=None,
+                     data_format="NWC", threads=None):
+    """tf.nn.conv1d_transpose (f [K, C, Co], output_shape [N, W, C] in data_format): the conv1d input gradient."""
+    fmt, axis = _height1(data_format)
+    shape = [int(v) for v in output_shape]
+    shape.insert(axis, 1)
+    dx = conv2d_backprop_input(_at_height1(dy, axis), f[None], shape, (1, stride), _pad_1d(padding), (1, dilation),
+                               accumulation=accumulation, data_format=fmt, threads=threads)
+    return dx[:, 0] if axis == 1 else dx[:, :, 0]
+
+
+def depthwise_conv2d(x, f, strides=1, padding="VALID", dilations=1, *, bias=None, accumulation=None,
+                     data_format="NHWC", threads=None):
+    """tf.nn.depthwise_conv2d: f [KH, KW, C, M] as HWIO [KH, KW, 1, C*M] (output channel c*M + m)."""
+    if len(f.shape) != 4:
+        raise ValueError(f"f: expected [KH, KW, C, M], got shape {tuple(f.shape)}")
+    kh, kw, c, m = (int(d) for d in f.shape)
+    return conv2d(x, f.reshape(kh, kw, 1, c * m), strides, padding, dilations, bias=bias, accumulation=accumulation,
+                  data_format=data_format, threads=threads)
+
+
+def separable_conv2d(x, depthwise_filter, pointwise_filter, strides=1, padding="VALID", dilations=1, *, bias=None,
+                     accumulation=None, data_format="NHWC", threads=None):
+    """tf.nn.separable_conv2d: depthwise_conv2d rounded to x's dtype, then a 1x1 conv2d with the bias fused."""
+    mid = depthwise_conv2d(x, depthwise_filter, strides, padding, dilations, accumulation=accumulation,
+                           data_format=data_format, threads=threads)
+    return conv2d(mid, pointwise_filter, 1, "VALID", 1, bias=bias, accumulation=accumulation,
+                  data_format=data_format, threads=threads)
 
 
 def bias_grad(dy, *, accumulation=None, data_format="NHWC", threads=None):

@@ -259,3 +259,22 @@ def test_conv3d_depth_one_is_conv2d(rng):
     assert K.conv3d(x, f, [1, 2, 2, 2, 1], "VALID").shape == (2, 1, 3, 2, 5)
     with pytest.raises(ValueError, match="strides"):
         K.conv3d(x, f, [1, 2], "VALID")
+
+
+def test_composite_entry_points_match_reference(rng):
+    x, f1, b = rand(rng, (2, 17, 4), "float32"), rand(rng, (3, 4, 6), "float32"), rand(rng, (6,), "float32")
+    assert_bits_equal(K.conv1d(x, f1, 2, (1, 2), 1, bias=b), ref.conv1d(x, f1, 2, (1, 2), 1, bias=b), "conv1d")
+    ncw = K.conv1d(np.ascontiguousarray(np.transpose(x, (0, 2, 1))), f1, 2, "SAME", data_format="NCW")
+    assert_bits_equal(np.ascontiguousarray(np.transpose(ncw, (0, 2, 1))), ref.conv1d(x, f1, 2, "SAME"), "conv1d NCW")
+    dy = rand(rng, (2, 9, 6), "float32")
+    assert_bits_equal(K.conv1d_transpose(dy, f1, (2, 17, 4), 2, "SAME"),
+                      ref.conv1d_transpose(dy, f1, (2, 17, 4), 2, "SAME"), "conv1d_transpose")
+    x2, dwf, pwf = rand(rng, (2, 8, 9, 3), "float16"), rand(rng, (3, 3, 3, 2), "float16"), rand(rng, (1, 1, 6, 5),
+                                                                                              "float16")
+    assert_bits_equal(K.depthwise_conv2d(x2, dwf, 2, "SAME", accumulation="float16"),
+                      ref.depthwise_conv2d(x2, dwf, 2, "SAME", accumulation="float16"), "depthwise_conv2d")
+    assert_bits_equal(K.separable_conv2d(x2, dwf, pwf, 1, "SAME", 2), ref.separable_conv2d(x2, dwf, pwf, 1, "SAME", 2),
+                      "separable_conv2d")
+    dy3, f3 = rand(rng, (1, 3, 4, 4, 5), "float32"), rand(rng, (2, 3, 3, 2, 5), "float32")
+    assert_bits_equal(K.conv3d_transpose(dy3, f3, (1, 6, 8, 8, 2), 2, "SAME"),
+                      ref.conv3d_backprop_input(dy3, f3, (1, 6, 8, 8, 2), 2, "SAME"), "conv3d_transpose")
