@@ -246,3 +246,47 @@ def test_underflow_to_minus_zero(rng, strides):
     assert_bits_equal(dx, ref.conv2d_backprop_input(dy, f, x.shape, strides, "SAME"), "dx")
     dw = detconv.conv2d_backprop_filter(x, f.shape, dy * np.float32(2.0**100), strides, "SAME").numpy()
     assert_bits_equal(dw, ref.conv2d_backprop_filter(x, dy * np.float32(2.0**100), f.shape, strides, "SAME"), "dw")
+
+
+def _double_rounding_hazards(want=64):
+    """(c, a, b) binary16 triples where rounding the binary32 fma a*b + c to binary16 differs from rounding the
+    exact value once: the binary32 result is a binary16 midpoint the exact value is not. Found by search (a few
+    per million random triples); NumPy's float64 -> float16 conversion rounds once, and a*b + c is exact in
+    float64."""
+    r = np.random.default_rng(2026)
+    cs, as_, bs = [], [], []
+    for _ in range(60):
+        b = np.float16(r.standard_normal() * 2)
+        a = r.standard_normal(1 << 20).astype(np.float16)
+        c = r.standard_normal(1 << 20).astype(np.float16)
+        x = a.astype(np.float64) * np.float64(b) + c.astype(np.float64)
+        bad = x.astype(np.float32).astype(np.float16) != x.astype(np.float16)
+        cs.append(c[bad]), as_.append(a[bad]), bs.append(np.full(bad.sum(), b))
+        if sum(len(v) for v in cs) >= want:
+            break
+    return np.concatenate(cs), np.concatenate(as_), np.concatenate(bs)
+
+
+def test_native_float16_fma_double_rounding_hazards():
+    """Native float16 accumulation on every CPU path gives the once-rounded binary16 fma where a binary32 fma
+    followed by a rounding to binary16 would not (the kernels' fast path must send these lanes to the exact
+    one)."""
+    c, a, b = _double_rounding_hazards()
+    assert len(c) >= 32, "the search should find hazards"
+    exact = (a.astype(np.float64) * b.astype(np.float64) + c.astype(np.float64)).astype(np.float16)
+    # one pixel per triple, input channels [c, a], 1x1 filter [1, b]:
+    # y = fma(a, b, fma(c, 1, +0)) = fma(a, b, c), each rounded to binary16
+    x = np.stack([c, a], -1).reshape(1, 1, len(c), 2)
+    for b_val in np.unique(b):
+        sel = b == b_val
+        xs = np.ascontiguousarray(x[:, :, sel])
+        f = np.array([1.0, b_val], np.float16).reshape(1, 1, 2, 1)
+        want = exact[sel].reshape(1, 1, -1, 1)
+        assert_bits_equal(ref.conv2d(xs, f, accumulation="float16"), want, "reference")
+        for isa in detconv.cpu_isa(supported=True):
+            assert detconv.set_cpu_isa(isa)
+            try:
+                y = detconv.conv2d(xs, f, 1, "VALID", accumulation="float16").numpy()
+            finally:
+                detconv.set_cpu_isa("auto")
+            assert_bits_equal(y, want, f"{isa} b={b_val}")

@@ -87,7 +87,28 @@ struct VH {
     return _mm256_castsi256_ps(_mm256_add_epi32(tu, _mm256_and_si256(adjust, step)));
   }
   static R half_round(R a) { return _mm256_cvtph_ps(_mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
-  static R fma(R a, R b, R c) { return half_round(ro_sum(_mm256_mul_ps(a, b), c)); }
+  // binary16 fma: the binary32 fma's result rounded to binary16, except in lanes where that could round twice
+  // wrongly (a binary16 midpoint, or 0 < |s| < 2^-14): those take the exact path. See the AVX-512 VH and
+  // docs/numerics.md ("float16 accumulation, fast").
+  static R hazard(R s) {
+    const __m256i u = _mm256_castps_si256(s);
+    const __m256i mid = _mm256_cmpeq_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x1FFF)), _mm256_set1_epi32(0x1000));
+    // 0 < |s| < 2^-14 as a signed compare: |s| bits - 1 in [0, 0x387FFFFF) (zero wraps to -1: excluded below)
+    const __m256i mag1 = _mm256_sub_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF)), _mm256_set1_epi32(1));
+    const __m256i tiny = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_setzero_si256(), mag1),
+                                             _mm256_cmpgt_epi32(_mm256_set1_epi32(0x387FFFFF), mag1));
+    return _mm256_castsi256_ps(_mm256_or_si256(mid, tiny));
+  }
+  // Out of line: the rare exact path must not cost the hot loop registers.
+  __attribute__((noinline, cold)) static R fma_hazard(R a, R b, R c, R s, R h) {
+    return _mm256_blendv_ps(half_round(s), half_round(ro_sum(_mm256_mul_ps(a, b), c)), h);
+  }
+  static R fma(R a, R b, R c) {
+    const R s = _mm256_fmadd_ps(a, b, c);
+    const R h = hazard(s);
+    if (__builtin_expect(_mm256_testz_ps(h, h), 1)) return half_round(s);
+    return fma_hazard(a, b, c, s, h);
+  }
   static R add(R a, R b) { return half_round(ro_sum(a, b)); }
   static R canon(R a) { return VF::canon(a); }
   using M = VF::M;

@@ -73,7 +73,26 @@ struct VH {
     return _mm512_castsi512_ps(_mm512_mask_add_epi32(tu, adjust, tu, step));
   }
   static R half_round(R a) { return _mm512_cvtph_ps(_mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
-  static R fma(R a, R b, R c) { return half_round(ro_sum(_mm512_mul_ps(a, b), c)); }
+  // binary16 fma(a, b, c) (docs/numerics.md, "float16 accumulation, fast"): s = binary32 fma rounds the exact
+  // a*b + c once; rounding s to binary16 gives the right answer unless s is a binary16 midpoint or tiny
+  // (0 < |s| < 2^-14). Those lanes, rare, take the exact path (ro_sum: round-to-odd sum, then one rounding).
+  static __mmask16 hazard(R s) {
+    const __m512i u = _mm512_castps_si512(s);
+    const __mmask16 mid = _mm512_cmpeq_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x1FFF)),
+                                                  _mm512_set1_epi32(0x1000));
+    const __m512i mag1 = _mm512_sub_epi32(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(1));
+    return mid | _mm512_cmplt_epu32_mask(mag1, _mm512_set1_epi32(0x387FFFFF));  // |s| - 1ulp below 2^-14, not 0
+  }
+  // Out of line: the rare exact path must not cost the hot loop registers.
+  __attribute__((noinline, cold)) static R fma_hazard(R a, R b, R c, R s, __mmask16 h) {
+    return _mm512_mask_blend_ps(h, half_round(s), half_round(ro_sum(_mm512_mul_ps(a, b), c)));
+  }
+  static R fma(R a, R b, R c) {
+    const R s = _mm512_fmadd_ps(a, b, c);
+    const __mmask16 h = hazard(s);
+    if (__builtin_expect(h == 0, 1)) return half_round(s);
+    return fma_hazard(a, b, c, s, h);
+  }
   static R add(R a, R b) { return half_round(ro_sum(a, b)); }
   static R canon(R a) { return VF::canon(a); }
   using M = VF::M;
