@@ -29,15 +29,28 @@ struct FpropKernels : KernelBase<V> {
     // memory is exact. With few channels they stay in registers instead.
     const i64 owb = ceil_div(p.OW, NP), units = p.N * p.OH * p.G * nb;
     const bool tap_outer = p.Cg >= 16 && p.KH * p.KW > 1;
+    // Consecutive units share the input rows of one output row (channel blocks
+    // innermost) or, when the filter outgrows the cache and a channel block's
+    // share of it outweighs the rows, one channel block's filter (rows
+    // innermost: e.g. 7x7x512, where every row would otherwise stream the
+    // whole filter from memory; measured: 1x1 layers are faster without it).
+    const bool rows_inner =
+        tap_outer && p.filter_elems() * i64(sizeof(T)) > (i64(1) << 20) && taps * BW > p.KH * p.W * p.C;
     const Strides4 ys = y.s;
     ex.parallel_for(units, taps * BW * p.OW, [&](i64 u0, i64 u1) {
       FpEnvGuard guard;
       std::vector<T> tile(tap_outer ? owb * NP * BW : 0);
       for (i64 u = u0; u < u1; ++u) {
-        i64 rem = u;
-        const i64 b = rem % nb; rem /= nb;
-        const i64 g = rem % p.G; rem /= p.G;
-        const i64 oh = rem % p.OH, n = rem / p.OH;
+        i64 rem = u, b, g, oh, n;
+        if (rows_inner) {
+          oh = rem % p.OH; rem /= p.OH;
+          n = rem % p.N; rem /= p.N;
+          g = rem % p.G; b = rem / p.G;
+        } else {
+          b = rem % nb; rem /= nb;
+          g = rem % p.G; rem /= p.G;
+          oh = rem % p.OH; n = rem / p.OH;
+        }
         const T* wg = wp.data() + (g * nb + b) * taps * BW;
         // Input pixels tap (kh, kw) meets for outputs ow0..ow0+NP-1 (+0 in padding).
         auto tap = [&](i64 ow0, i64 kh, i64 kw, const T* (&xp)[NP]) {
