@@ -30,6 +30,18 @@ CASES_2D = [
     ("wide-row-c1-d2", (1, 4, 70, 1), (3, 5, 1, 4), 1, (1, 2), "SAME"),
 ]
 
+# The raw-kernel tests' own 2-D selection (tests/test_kernels.py), unchanged from before the tables moved here.
+CASES_2D_KERNELS = [
+    ("3x3-same", (2, 6, 7, 5), (3, 3, 5, 6), 1, 1, "SAME"),
+    ("3x3-valid-s2", (2, 9, 8, 4), (3, 3, 4, 7), 2, 1, "VALID"),
+    ("5x3-s21-d12", (1, 11, 10, 3), (5, 3, 3, 4), (2, 1), (1, 2), "SAME"),
+    ("explicit", (2, 6, 7, 3), (3, 2, 3, 4), (1, 2), 1, ((1, 2), (0, 3))),
+    ("groups4-s2", (1, 9, 7, 8), (2, 3, 2, 12), 2, 1, ((0, 1), (2, 0))),
+    ("depthwise-m3-s2", (2, 9, 9, 4), (3, 3, 1, 12), 2, 1, "SAME"),
+    ("depthwise-d2", (1, 9, 10, 5), (3, 3, 1, 5), 1, 2, "VALID"),
+    ("1x1-wide", (2, 5, 5, 24), (1, 1, 24, 20), 1, 1, "VALID"),
+]
+
 # (name, x shape NDHWC, filter DHWIO, strides, dilations, padding (reference form))
 CASES_3D = [
     ("3x3x3-same", (2, 5, 6, 7, 3), (3, 3, 3, 3, 4), 1, 1, "SAME"),
@@ -42,8 +54,3 @@ CASES_3D = [
     ("wide-rows", (1, 3, 4, 23, 16), (3, 3, 3, 16, 16), 1, 1, "SAME"),
 ]
 
-
-def pick(cases, *names):
-    """The cases of a table with these names, in that order."""
-    by_name = {c[0]: c for c in cases}
-    return [by_name[n] for n in names]

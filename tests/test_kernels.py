@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from conftest import assert_bits_equal
-from cases import CASES_2D, CASES_3D, DTYPE_IDS, DTYPES, pick
+from cases import CASES_2D_KERNELS, CASES_3D, DTYPE_IDS, DTYPES
 from helpers import rand, to_nchw, to_nhwc
 
 try:
@@ -16,8 +16,7 @@ except ImportError:
 from detconv import kernels as K
 from detconv import reference as ref
 
-CASES = pick(CASES_2D, "3x3-same", "3x3-valid-s2", "5x3-s21-d12", "explicit", "groups4-s2", "depthwise-m3-s2",
-             "depthwise-d2", "1x1")
+CASES = CASES_2D_KERNELS
 
 
 def _operands(rng, x_shape, f_shape, strides, dilations, padding, dtype, accumulation):
