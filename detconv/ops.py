@@ -188,17 +188,22 @@ def conv2d_backprop_input(input_sizes, filters, out_backprop, strides, padding, 
     data_format, st, dl, mode, explicit = _conv_args(data_format, strides, dilations, padding)
     with tf.name_scope(name or "detconv_conv2d_backprop_input"):
         dy, f = _tensors([("out_backprop", out_backprop), ("filters", filters)])
-        _check_rank(f, 4, "filters")
-        _check_rank(dy, 4, "out_backprop")
-        acc = _accumulation(accumulation, f.dtype)
         sizes = _int64_sizes(input_sizes, "input_sizes")
         if sizes.shape.rank == 1 and sizes.shape[0] == 2:
             # tf.nn also takes the spatial sizes alone: batch from out_backprop, channels from filters
             n = tf.shape(dy, out_type=tf.int64)[0]
             c = tf.shape(f, out_type=tf.int64)[2]
             sizes = tf.stack([n, c, sizes[0], sizes[1]] if data_format == "NCHW" else [n, sizes[0], sizes[1], c])
-        sizes = _checked_int32(sizes, "input_sizes")
-        return load_ops().det_conv_conv2d_backprop_input(sizes, f, dy, **_attrs(st, dl, mode, explicit, data_format, acc))
+        return _backprop_input_op(2, sizes, f, dy, st, dl, mode, explicit, data_format, accumulation)
+
+
+def _backprop_input_op(ndims, sizes, f, dy, st, dl, mode, explicit, data_format, accumulation):
+    """The input-gradient op of ndims spatial dimensions on tensors whose arguments are normalized."""
+    _check_rank(f, ndims + 2, "filters")
+    _check_rank(dy, ndims + 2, "out_backprop")
+    acc = _accumulation(accumulation, f.dtype)
+    op = load_ops().det_conv_conv3d_backprop_input if ndims == 3 else load_ops().det_conv_conv2d_backprop_input
+    return op(_checked_int32(sizes, "input_sizes"), f, dy, **_attrs(st, dl, mode, explicit, data_format, acc))
 
 
 @_tf_nn_errors
@@ -208,14 +213,20 @@ def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding, 
     data_format, st, dl, mode, explicit = _conv_args(data_format, strides, dilations, padding)
     with tf.name_scope(name or "detconv_conv2d_backprop_filter"):
         x, dy = _tensors([("input", input), ("out_backprop", out_backprop)])
-        _check_rank(x, 4, "input")
-        _check_rank(dy, 4, "out_backprop")
-        acc = _accumulation(accumulation, x.dtype)
-        sizes = _checked_int32(_int64_sizes(filter_sizes, "filter_sizes"), "filter_sizes")
-        static = tf.get_static_value(sizes)
-        if static is not None and np.ndim(static) == 1 and len(static) == 4 and min(static) == 0:
-            return tf.zeros(static, x.dtype)  # an empty filter has an empty gradient (as tf.nn)
-        return load_ops().det_conv_conv2d_backprop_filter(x, sizes, dy, **_attrs(st, dl, mode, explicit, data_format, acc))
+        return _backprop_filter_op(2, x, filter_sizes, dy, st, dl, mode, explicit, data_format, accumulation)
+
+
+def _backprop_filter_op(ndims, x, filter_sizes, dy, st, dl, mode, explicit, data_format, accumulation):
+    """The filter-gradient op of ndims spatial dimensions on tensors whose arguments are normalized."""
+    _check_rank(x, ndims + 2, "input")
+    _check_rank(dy, ndims + 2, "out_backprop")
+    acc = _accumulation(accumulation, x.dtype)
+    sizes = _checked_int32(_int64_sizes(filter_sizes, "filter_sizes"), "filter_sizes")
+    static = tf.get_static_value(sizes)
+    if static is not None and np.ndim(static) == 1 and len(static) == ndims + 2 and min(static) == 0:
+        return tf.zeros(static, x.dtype)  # an empty filter has an empty gradient (as tf.nn)
+    op = load_ops().det_conv_conv3d_backprop_filter if ndims == 3 else load_ops().det_conv_conv2d_backprop_filter
+    return op(x, sizes, dy, **_attrs(st, dl, mode, explicit, data_format, acc))
 
 
 @_tf_nn_errors
@@ -403,12 +414,8 @@ def conv3d_backprop_input(input_sizes, filters, out_backprop, strides, padding, 
     data_format, st, dl, mode, explicit = _conv_args(data_format, strides, dilations, padding, ndims=3)
     with tf.name_scope(name or "detconv_conv3d_backprop_input"):
         dy, f = _tensors([("out_backprop", out_backprop), ("filters", filters)])
-        _check_rank(f, 5, "filters")
-        _check_rank(dy, 5, "out_backprop")
-        acc = _accumulation(accumulation, f.dtype)
-        sizes = _checked_int32(_int64_sizes(input_sizes, "input_sizes"), "input_sizes")
-        return load_ops().det_conv_conv3d_backprop_input(sizes, f, dy,
-                                                         **_attrs(st, dl, mode, explicit, data_format, acc))
+        return _backprop_input_op(3, _int64_sizes(input_sizes, "input_sizes"), f, dy, st, dl, mode, explicit,
+                                  data_format, accumulation)
 
 
 @_tf_nn_errors
@@ -418,15 +425,7 @@ def conv3d_backprop_filter(input, filter_sizes, out_backprop, strides, padding, 
     data_format, st, dl, mode, explicit = _conv_args(data_format, strides, dilations, padding, ndims=3)
     with tf.name_scope(name or "detconv_conv3d_backprop_filter"):
         x, dy = _tensors([("input", input), ("out_backprop", out_backprop)])
-        _check_rank(x, 5, "input")
-        _check_rank(dy, 5, "out_backprop")
-        acc = _accumulation(accumulation, x.dtype)
-        sizes = _checked_int32(_int64_sizes(filter_sizes, "filter_sizes"), "filter_sizes")
-        static = tf.get_static_value(sizes)
-        if static is not None and np.ndim(static) == 1 and len(static) == 5 and min(static) == 0:
-            return tf.zeros(static, x.dtype)
-        return load_ops().det_conv_conv3d_backprop_filter(x, sizes, dy,
-                                                          **_attrs(st, dl, mode, explicit, data_format, acc))
+        return _backprop_filter_op(3, x, filter_sizes, dy, st, dl, mode, explicit, data_format, accumulation)
 
 
 @_tf_nn_errors
