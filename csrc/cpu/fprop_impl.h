@@ -254,7 +254,7 @@ struct FpropKernels : KernelBase<V> {
       else if (k3 && p.sw == 2) fprop_dw<6, 1, 2>(p, x, f, bias, y, ex);
       else fprop_dw<PW, NV, 0>(p, x, f, bias, y, ex);
     } else {
-      fprop_dense<PW>(p, x, f, bias, y, ex);
+      fprop_dense<Base::PF>(p, x, f, bias, y, ex);
     }
   }
 

@@ -21,6 +21,7 @@ struct KernelBase {
   using Vec = typename V::R;
   static constexpr int kLanes = V::L, PW = V::kPW, NV = V::kNV, BW = kLanes * NV;
   static constexpr int TI = V::kTI;  // input channels per dense dw register tile
+  static constexpr int PF = V::kPF;  // output pixels per dense forward register block
 
   // Writes lanes [0, n) of a vector block to out.put(base + lane*stride).
   // v by value: taking an accumulator's address would pin it to memory and spill in the hot loop.

@@ -4,7 +4,7 @@
 struct VF {
   using T = float;
   using R = __m256;
-  static constexpr int L = 8, kPW = 4, kNV = 2, kTI = 6;  // 8 (dw tiles: 12) accumulators of 16 registers
+  static constexpr int L = 8, kPW = 4, kNV = 2, kTI = 6, kPF = kPW;  // 8 (dw tiles: 12) accumulators of 16 registers
   static R zero() { return _mm256_setzero_ps(); }
   static R load(const T* p) { return _mm256_loadu_ps(p); }
   static void store(T* p, R a) { _mm256_storeu_ps(p, a); }
@@ -43,7 +43,7 @@ struct VF {
 struct VD {
   using T = double;
   using R = __m256d;
-  static constexpr int L = 4, kPW = 4, kNV = 2, kTI = 4;
+  static constexpr int L = 4, kPW = 4, kNV = 2, kTI = 4, kPF = kPW;
   static R zero() { return _mm256_setzero_pd(); }
   static R load(const T* p) { return _mm256_loadu_pd(p); }
   static void store(T* p, R a) { _mm256_storeu_pd(p, a); }
@@ -65,7 +65,7 @@ struct VD {
 struct VH {
   using T = float;
   using R = __m256;
-  static constexpr int L = 8, kPW = 4, kNV = 2, kTI = 4;  // many chains: the emulated fma is latency-bound
+  static constexpr int L = 8, kPW = 4, kNV = 2, kTI = 4, kPF = kPW;  // many chains: the emulated fma is latency-bound
   static R zero() { return _mm256_setzero_ps(); }
   static R load(const T* p) { return _mm256_loadu_ps(p); }
   static void store(T* p, R a) { _mm256_storeu_ps(p, a); }

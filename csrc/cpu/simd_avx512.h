@@ -5,6 +5,7 @@ struct VF {
   using T = float;
   using R = __m512;
   static constexpr int L = 16, kPW = 6, kNV = 2, kTI = 6;  // 12 accumulators of 32 registers
+  static constexpr int kPF = 8;  // dense forward blocks: 16 accumulators (measured: 3x3 56x56x64 0.74 -> 0.90 of oneDNN)
   static R zero() { return _mm512_setzero_ps(); }
   static R load(const T* p) { return _mm512_loadu_ps(p); }
   static void store(T* p, R a) { _mm512_storeu_ps(p, a); }
@@ -35,7 +36,7 @@ struct VF {
 struct VD {
   using T = double;
   using R = __m512d;
-  static constexpr int L = 8, kPW = 6, kNV = 2, kTI = 6;
+  static constexpr int L = 8, kPW = 6, kNV = 2, kTI = 6, kPF = kPW;
   static R zero() { return _mm512_setzero_pd(); }
   static R load(const T* p) { return _mm512_loadu_pd(p); }
   static void store(T* p, R a) { _mm512_storeu_pd(p, a); }
@@ -52,7 +53,7 @@ struct VD {
 struct VH {
   using T = float;
   using R = __m512;
-  static constexpr int L = 16, kPW = 4, kNV = 2, kTI = 4;  // many chains: the emulated fma is latency-bound
+  static constexpr int L = 16, kPW = 4, kNV = 2, kTI = 4, kPF = kPW;  // many chains: the emulated fma is latency-bound
   static R zero() { return _mm512_setzero_ps(); }
   static R load(const T* p) { return _mm512_loadu_ps(p); }
   static void store(T* p, R a) { _mm512_storeu_ps(p, a); }

@@ -9,7 +9,7 @@ template <class T_, int L_, int PW_, int NV_>
 struct ScalarVecBase {
   using T = T_;
   using R = Lanes<T_, L_>;
-  static constexpr int L = L_, kPW = PW_, kNV = NV_, kTI = PW_;
+  static constexpr int L = L_, kPW = PW_, kNV = NV_, kTI = PW_, kPF = PW_;
   static R zero() { R r; for (int l = 0; l < L; ++l) r.v[l] = T(0); return r; }
   static R load(const T* p) { R r; std::memcpy(r.v, p, sizeof(r.v)); return r; }
   static void store(T* p, const R& a) { std::memcpy(p, a.v, sizeof(a.v)); }
