@@ -39,13 +39,24 @@ struct DgradKernels : KernelBase<V> {
       if (valid[q]) fold(q);
   }
 
-  // For input pixels iw[q] (-1: none) of a row whose tap reaches dy row
-  // `dy_row`: which of them tap kw reaches too, and the dy pixel (+off) each reaches.
+  // For input pixels iw[q] (-1: past the row) of a row whose tap reaches dy
+  // row `dy_row`: which of them tap kw reaches too, and the dy pixel (+off)
+  // each reaches. Pixels past the row are never stored: when they are fewer
+  // than the real ones they read `zeros` and count as reached, so the block
+  // still folds as one (a block of mostly absent pixels is cheaper folded
+  // pixel by pixel). The lanes of real pixels are the same either way.
   template <int NP>
   static void dgrad_tap_pixels(const ConvProblem& p, const Rows<T>& dy, i64 dy_row, const i64 (&iw)[NP], i64 kw,
-                               i64 off, const T* (&dp)[NP], bool (&valid)[NP]) {
+                               i64 off, const T* zeros, const T* (&dp)[NP], bool (&valid)[NP]) {
     const T* row = dy.row(dy_row) + off;
+    int real = 0;
+    for (int q = 0; q < NP; ++q) real += iw[q] >= 0;
     for (int q = 0; q < NP; ++q) {
+      if (iw[q] < 0 && 2 * real >= NP) {
+        valid[q] = true;
+        dp[q] = zeros;
+        continue;
+      }
       const i64 ow = iw[q] >= 0 ? dgrad_out_col(p, iw[q], kw) : -1;
       valid[q] = ow >= 0;
       dp[q] = valid[q] ? row + ow * p.Co : nullptr;
@@ -69,6 +80,7 @@ struct DgradKernels : KernelBase<V> {
                   i < p.Cg ? f[(t * p.Cg + i) * p.Co + g * cog + ol] : T(0);
             }
     const PixelBlocks pb(p, NP);
+    const std::vector<T> zeros(cog + kPad, T(0));  // what pixels past the row read
     const i64 units = p.N * p.D * p.H * p.G * nb * pb.count();
     const Strides4 xs = dx.s;
     ex.parallel_for(units, taps * cog * BW * NP, [&](i64 u0, i64 u1) {
@@ -98,7 +110,7 @@ struct DgradKernels : KernelBase<V> {
             for (i64 kw = 0; kw < p.KW; ++kw) {
               const T* dp[NP];
               bool valid[NP];
-              dgrad_tap_pixels<NP>(p, dy, (n * p.OD + od) * p.OH + oh, iw, kw, g * cog, dp, valid);
+              dgrad_tap_pixels<NP>(p, dy, (n * p.OD + od) * p.OH + oh, iw, kw, g * cog, zeros.data(), dp, valid);
               const T* w = wt.data() + ((g * nb + b) * taps + (kd * p.KH + kh) * p.KW + kw) * cog * BW;
               // Same micro-kernel as the forward pass, over o_local instead of i.
               for_valid_pixels<NP>(valid, [&](int only) {
@@ -148,7 +160,8 @@ struct DgradKernels : KernelBase<V> {
   template <int NP, int NW>
   static inline __attribute__((always_inline)) void dgrad_dw_block(Vec (&acc)[NP][NW], const ConvProblem& p,
                                                                    const Rows<T>& dy, const T* wt, i64 cp, i64 n,
-                                                                   i64 ih, const i64 (&iw)[NP], i64 c0) {
+                                                                   i64 ih, const i64 (&iw)[NP], i64 c0,
+                                                                   const T* zeros) {
     const i64 cog = p.Cog();
     Vec a[NP][NW];
     for (int q = 0; q < NP; ++q)
@@ -159,7 +172,7 @@ struct DgradKernels : KernelBase<V> {
       for (i64 kw = 0; kw < p.KW; ++kw) {
         const T* dp[NP];
         bool valid[NP];
-        dgrad_tap_pixels<NP>(p, dy, n * p.OH + oh, iw, kw, c0, dp, valid);
+        dgrad_tap_pixels<NP>(p, dy, n * p.OH + oh, iw, kw, c0, zeros, dp, valid);
         bool all = true;
         for (int q = 0; q < NP; ++q) all &= valid[q];
         for (i64 m = 0; m < cog; ++m) {
@@ -222,6 +235,7 @@ struct DgradKernels : KernelBase<V> {
     if (cog > 1) dyg = group_major(p, dy, cog);
     const Rows<T> dyin = cog > 1 ? rows_of(dyg, p.N * p.OH, p.OW * p.Co) : dy;
     const PixelBlocks pb(p, NP);
+    const std::vector<T> zeros(p.Co + 2 * kPad, T(0));  // what pixels past the row read
     const i64 units = p.N * p.H * nb * pb.count();
     const Strides4 xs = dx.s;
     ex.parallel_for(units, khw * cog * BD * NP, [&](i64 u0, i64 u1) {
@@ -248,7 +262,7 @@ struct DgradKernels : KernelBase<V> {
           fast = iw[NP - 1] >= 0 && iw[0] + p.pl - 2 >= 0 && iw[NP - 1] + p.pl < p.OW;
           if (fast) dgrad_dw3_block<NP>(acc, p, dyin, wt.data(), cp, n, ih, iw[0], c0);
         }
-        if (!fast) dgrad_dw_block<NP, NW>(acc, p, dyin, wt.data(), cp, n, ih, iw, c0);
+        if (!fast) dgrad_dw_block<NP, NW>(acc, p, dyin, wt.data(), cp, n, ih, iw, c0, zeros.data());
         for (int q = 0; q < NP; ++q)
           for (int j = 0; j < NW; ++j)
             if (iw[q] >= 0) put_lanes(dx, acc[q][j], xs.at(n, ih, iw[q], c0 + j * kLanes), xs.c, p.C - (c0 + j * kLanes));
