@@ -642,3 +642,22 @@ def test_convert_every_layer_kind_and_report(rng, capsys):
     pure = dk.convert(keras.Sequential([keras.Input((8, 8, 2)), keras.layers.Conv2D(2, 3), keras.layers.ReLU(),
                                         keras.layers.MaxPooling2D()]))
     assert pure.detconv_report.fully_controlled and "No other layer" in str(pure.detconv_report)
+
+
+def test_3d_layers_keras_file_and_saved_model(tmp_path, rng):
+    inp = keras.Input((4, 6, 6, 2))
+    y = dk.Conv3D(3, 3, padding="same", name="c3d", accumulation="float32")(inp)
+    y = dk.Conv3DTranspose(2, 2, strides=(1, 2, 2), name="ct3d")(y)
+    model = keras.Model(inp, y)
+    for layer in model.layers:
+        _randomize(layer, rng)
+    x = rng.standard_normal((2, 4, 6, 6, 2)).astype(np.float32)
+    path = str(tmp_path / "m3.keras")
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    assert [type(layer) for layer in loaded.layers] == [type(layer) for layer in model.layers]
+    assert loaded.get_layer("c3d").accumulation == "float32"
+    assert_bits_equal(loaded(x), model(x), ".keras round trip (3-D)")
+    model.export(str(tmp_path / "sm3"), verbose=False)
+    served = tf.saved_model.load(str(tmp_path / "sm3"))
+    assert_bits_equal(served.serve(x), model(x), "SavedModel (3-D)")
