@@ -495,8 +495,8 @@ def _conv_backprop_filter_grad(op, ddf):
 def _bias_grad_grad(op, ddb):
     dy = op.inputs[0]
     nchw = op.get_attr("data_format") in (b"NCHW", "NCHW")
-    ones = [1] * (dy.shape.rank - 2)
-    shape = [1, -1, *ones] if nchw else [1, *ones, -1]
+    ones = tf.ones([tf.rank(dy) - 2], tf.int32)  # 2 or 3 spatial axes, known or not when tracing
+    shape = tf.concat([[1, -1], ones], 0) if nchw else tf.concat([[1], ones, [-1]], 0)
     return tf.broadcast_to(tf.reshape(ddb, shape), tf.shape(dy))
 
 

@@ -194,3 +194,23 @@ def test_bad_3d_arguments():
     assert detconv.conv3d(x, f, 1, "VALID").shape == (1, 3, 3, 3, 2)
     assert detconv.conv3d(np.ones((1, 1, 4, 4, 3), np.float32), np.ones((3, 1, 1, 3, 2), np.float32), 1,
                           "VALID").shape == (1, 0, 4, 4, 2)
+
+
+@pytest.mark.parametrize("shape,fmt", [((2, 3, 4, 5), "NHWC"), ((2, 5, 3, 4), "NCHW"), ((2, 3, 4, 5, 6), "NDHWC"),
+                                       ((2, 6, 3, 4, 5), "NCDHW")])
+def test_bias_grad_gradient_any_rank(shape, fmt):
+    """The bias gradient's own gradient broadcasts back over 2 or 3 spatial axes, also with an unknown rank."""
+    dy = tf.constant(np.random.default_rng(0).standard_normal(shape).astype(np.float32))
+    channel = 1 if fmt.startswith("NC") else -1
+    weights = tf.range(shape[channel], dtype=tf.float32)
+    spec = tf.TensorSpec(None, tf.float32)
+
+    @tf.function(input_signature=[spec])
+    def grad(d):
+        with tf.GradientTape() as tape:
+            tape.watch(d)
+            s = tf.reduce_sum(detconv.bias_grad(d, fmt) * weights)
+        return tape.gradient(s, d)
+
+    want = np.moveaxis(np.broadcast_to(weights.numpy(), np.moveaxis(np.zeros(shape), channel, -1).shape), -1, channel)
+    assert np.array_equal(grad(dy).numpy(), want)
