@@ -39,22 +39,29 @@ struct DgradKernels : KernelBase<V> {
       if (valid[q]) fold(q);
   }
 
-  // For input pixels iw[q] (-1: past the row) of a row whose tap reaches dy
-  // row `dy_row`: which of them tap kw reaches too, and the dy pixel (+off)
-  // each reaches. Pixels past the row are never stored: when they are fewer
-  // than the real ones they read `zeros` and count as reached, so the block
-  // still folds as one (a block of mostly absent pixels is cheaper folded
-  // pixel by pixel). The lanes of real pixels are the same either way.
+  // Pixels past the row (iw = -1) are never stored. When they are fewer than
+  // the real ones they read `zeros` and count as reached, so the block still
+  // folds as one; a block of mostly absent pixels is cheaper folded pixel by
+  // pixel (nullptr: absent pixels count as unreached). The lanes of real
+  // pixels are the same either way. Decided once per block.
   template <int NP>
-  static void dgrad_tap_pixels(const ConvProblem& p, const Rows<T>& dy, i64 dy_row, const i64 (&iw)[NP], i64 kw,
-                               i64 off, const T* zeros, const T* (&dp)[NP], bool (&valid)[NP]) {
-    const T* row = dy.row(dy_row) + off;
+  static const T* absent_pixels_read(const i64 (&iw)[NP], const T* zeros) {
     int real = 0;
     for (int q = 0; q < NP; ++q) real += iw[q] >= 0;
+    return 2 * real >= NP ? zeros : nullptr;
+  }
+
+  // For input pixels iw[q] (-1: past the row) of a row whose tap reaches dy
+  // row `dy_row`: which of them tap kw reaches too, and the dy pixel (+off)
+  // each reaches; absent pixels as absent_pixels_read() decided.
+  template <int NP>
+  static void dgrad_tap_pixels(const ConvProblem& p, const Rows<T>& dy, i64 dy_row, const i64 (&iw)[NP], i64 kw,
+                               i64 off, const T* absent, const T* (&dp)[NP], bool (&valid)[NP]) {
+    const T* row = dy.row(dy_row) + off;
     for (int q = 0; q < NP; ++q) {
-      if (iw[q] < 0 && 2 * real >= NP) {
+      if (iw[q] < 0 && absent) {
         valid[q] = true;
-        dp[q] = zeros;
+        dp[q] = absent;
         continue;
       }
       const i64 ow = iw[q] >= 0 ? dgrad_out_col(p, iw[q], kw) : -1;
@@ -98,6 +105,7 @@ struct DgradKernels : KernelBase<V> {
         const i64 wb = c.inner;
         i64 iw[NP];
         pb.cols(wb, iw);
+        const T* absent = absent_pixels_read(iw, zeros.data());
         Vec acc[NP][NV];
         for (int q = 0; q < NP; ++q)
           for (int j = 0; j < NV; ++j) acc[q][j] = V::zero();
@@ -110,7 +118,7 @@ struct DgradKernels : KernelBase<V> {
             for (i64 kw = 0; kw < p.KW; ++kw) {
               const T* dp[NP];
               bool valid[NP];
-              dgrad_tap_pixels<NP>(p, dy, (n * p.OD + od) * p.OH + oh, iw, kw, g * cog, zeros.data(), dp, valid);
+              dgrad_tap_pixels<NP>(p, dy, (n * p.OD + od) * p.OH + oh, iw, kw, g * cog, absent, dp, valid);
               const T* w = wt.data() + ((g * nb + b) * taps + (kd * p.KH + kh) * p.KW + kw) * cog * BW;
               // Same micro-kernel as the forward pass, over o_local instead of i.
               for_valid_pixels<NP>(valid, [&](int only) {
@@ -161,7 +169,7 @@ struct DgradKernels : KernelBase<V> {
   static inline __attribute__((always_inline)) void dgrad_dw_block(Vec (&acc)[NP][NW], const ConvProblem& p,
                                                                    const Rows<T>& dy, const T* wt, i64 cp, i64 n,
                                                                    i64 ih, const i64 (&iw)[NP], i64 c0,
-                                                                   const T* zeros) {
+                                                                   const T* absent) {
     const i64 cog = p.Cog();
     Vec a[NP][NW];
     for (int q = 0; q < NP; ++q)
@@ -172,7 +180,7 @@ struct DgradKernels : KernelBase<V> {
       for (i64 kw = 0; kw < p.KW; ++kw) {
         const T* dp[NP];
         bool valid[NP];
-        dgrad_tap_pixels<NP>(p, dy, n * p.OH + oh, iw, kw, c0, zeros, dp, valid);
+        dgrad_tap_pixels<NP>(p, dy, n * p.OH + oh, iw, kw, c0, absent, dp, valid);
         bool all = true;
         for (int q = 0; q < NP; ++q) all &= valid[q];
         for (i64 m = 0; m < cog; ++m) {
@@ -262,7 +270,8 @@ struct DgradKernels : KernelBase<V> {
           fast = iw[NP - 1] >= 0 && iw[0] + p.pl - 2 >= 0 && iw[NP - 1] + p.pl < p.OW;
           if (fast) dgrad_dw3_block<NP>(acc, p, dyin, wt.data(), cp, n, ih, iw[0], c0);
         }
-        if (!fast) dgrad_dw_block<NP, NW>(acc, p, dyin, wt.data(), cp, n, ih, iw, c0, zeros.data());
+        if (!fast) dgrad_dw_block<NP, NW>(acc, p, dyin, wt.data(), cp, n, ih, iw, c0,
+                                          absent_pixels_read(iw, zeros.data()));
         for (int q = 0; q < NP; ++q)
           for (int j = 0; j < NW; ++j)
             if (iw[q] >= 0) put_lanes(dx, acc[q][j], xs.at(n, ih, iw[q], c0 + j * kLanes), xs.c, p.C - (c0 + j * kLanes));
