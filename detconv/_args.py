@@ -28,6 +28,14 @@ def data_format(value, ndims, name="data_format"):
     return value
 
 
+def channels_last_any(value, name="data_format"):
+    """For computations whose rank the tensor decides (the bias gradient): any 2-D or 3-D spelling, -> whether the
+    channels come last."""
+    if value not in DATA_FORMATS[2] + DATA_FORMATS[3]:
+        raise ValueError(f"{name}: expected one of {DATA_FORMATS[2] + DATA_FORMATS[3]}, got {value!r}")
+    return channels_last(value)
+
+
 def _int_value(v, name):
     """One stride/dilation entry: ints of any kind (Python, NumPy) and integral floats, as tf.nn accepts them.
 

@@ -295,7 +295,7 @@ def _problem(x_logical, f_shape, strides, padding, dilations, data_format, ndims
     st = [1] * (3 - ndims) + _args.spatial(strides, "strides", data_format, ndims)
     dl = [1] * (3 - ndims) + _args.spatial(dilations, "dilations", data_format, ndims)
     mode, explicit = _args.padding(padding, data_format, ndims, exact_case=False)
-    pads = [0] * (6 - len(explicit)) + explicit if explicit else [0] * 6
+    pads = [0] * (6 - len(explicit)) + explicit  # (pf, pk, pt, pb, pl, pr); none explicit: all 0
     accum = _args.accumulation(accumulation, dtype)
     layout = "NHWC" if _args.channels_last(data_format) else "NCHW"
     return _native().Problem(N, H, W, C, KH, KW, Cg, Co, st[1], st[2], dl[1], dl[2], mode, *pads[2:], layout, dtype,
@@ -521,9 +521,8 @@ def bias_grad(dy, *, accumulation=None, data_format="NHWC", threads=None):
     ndims = len(dy.shape) - 2
     if ndims not in (2, 3):
         raise ValueError(f"dy: expected a 4-D or 5-D array, got shape {tuple(dy.shape)}")
-    if data_format in _args.DATA_FORMATS[5 - ndims]:  # NHWC for a 5-D array: the same channel position
-        data_format = _args.DATA_FORMATS[ndims][_args.DATA_FORMATS[5 - ndims].index(data_format)]
-    data_format = _args.data_format(data_format, ndims)
+    last = _args.channels_last_any("NHWC" if data_format is None else data_format)
+    data_format = _args.DATA_FORMATS[ndims][0 if last else 1]  # the array's rank decides the spelling
     accum = _args.accumulation(accumulation, dtype)
     N, OD, OH, OW, Co = _logical(dy.shape, data_format, "dy", ndims)
     nthreads = _threads(threads)

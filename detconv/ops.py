@@ -233,9 +233,7 @@ def _backprop_filter_op(ndims, x, filter_sizes, dy, st, dl, mode, explicit, data
 def bias_grad(out_backprop, data_format="NHWC", name=None, *, accumulation=None):
     """Deterministic bias gradient: dy summed over n and its spatial axes (2-D or 3-D) in the contract's chunk
     order; data_format says where the channels are (NHWC/NDHWC last, NCHW/NCDHW first)."""
-    if data_format not in _args.DATA_FORMATS[2] + _args.DATA_FORMATS[3]:
-        raise ValueError(f"data_format: expected one of NHWC, NCHW, NDHWC, NCDHW, got {data_format!r}")
-    data_format = "NHWC" if _args.channels_last(data_format) else "NCHW"  # the op's attribute: where channels are
+    data_format = "NHWC" if _args.channels_last_any(data_format) else "NCHW"  # the op's attribute: channels last?
     with tf.name_scope(name or "detconv_bias_grad"):
         (dy,) = _tensors([("out_backprop", out_backprop)])
         if dy.shape.rank is not None and dy.shape.rank not in (4, 5):

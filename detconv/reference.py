@@ -646,7 +646,7 @@ class _Problem3:
             if len(pads) != 3 or any(len(p) != 2 or min(p) < 0 for p in pads):
                 raise ValueError(f"padding: expected three (lo, hi) pairs >= 0, got {padding!r}")
         self.pads = pads
-        self.out = tuple(max((n + lo + hi - (k - 1) * d - 1) // s + 1, 0) if n + lo + hi >= (k - 1) * d + 1 else 0
+        self.out = tuple((n + lo + hi - (k - 1) * d - 1) // s + 1 if n + lo + hi >= (k - 1) * d + 1 else 0
                          for n, (lo, hi), k, s, d in zip(self.size, pads, self.k, self.s, self.d))
         self.OD, self.OH, self.OW = self.out
 
