@@ -277,3 +277,52 @@ def test_composite_entry_points_match_reference(rng):
     dy3, f3 = rand(rng, (1, 3, 4, 4, 5), "float32"), rand(rng, (2, 3, 3, 2, 5), "float32")
     assert_bits_equal(K.conv3d_transpose(dy3, f3, (1, 6, 8, 8, 2), 2, "SAME"),
                       ref.conv3d_backprop_input(dy3, f3, (1, 6, 8, 8, 2), 2, "SAME"), "conv3d_transpose")
+
+
+# Padded taps in one fma (docs/numerics.md): each run of padded taps is replaced by one fma with a weight
+# summarizing the run's filter values. Operands are tiny so that accumulators sit at +0 or -0 (underflow) when
+# a padded run arrives; some runs hold an inf or NaN, some only negative values, the rest random signs.
+# Shapes cover the forward kernel with register accumulators (padded rows), with the memory tile (padded rows
+# and padded columns at both edges, stride and dilation; the filter is large enough to select it on AVX-512),
+# and 3-D (padded depth planes).
+PADDED_RUN_CASES = [
+    ("registers", (2, 6, 7, 20), (3, 3, 20, 24), (1, 1), (1, 1), "SAME"),
+    ("tile", (1, 4, 5, 512), (3, 3, 512, 16), (1, 1), (1, 1), "SAME"),
+    ("tile strided dilated", (1, 7, 11, 512), (3, 3, 512, 16), (2, 2), (1, 2), ((2, 1), (3, 0))),
+    ("3-D", (1, 3, 4, 5, 20), (3, 3, 3, 20, 24), (1, 1, 1), (1, 1, 1), "SAME"),
+]
+PADDED_RUN_DTYPES = [("float32", None), ("float64", None), ("float16", "float16")]
+
+
+def _padded_run_operands(rng, x_shape, f_shape, dtype):
+    tiny = {"float32": 2.0 ** -140, "float64": 2.0 ** -1000, "float16": 2.0 ** -14}[dtype]
+    small = {"float32": 2.0 ** -12, "float64": 2.0 ** -80, "float16": 2.0 ** -12}[dtype]
+    x = (rng.standard_normal(x_shape) * tiny).astype(np.dtype(dtype))
+    f = (rng.standard_normal(f_shape) * small).astype(np.dtype(dtype))
+    # Channels 0, 4, 8, ...: every run of the last row (2-D) or plane (3-D), padded at the far edge, is negative.
+    f[-1, ..., 0::4] = -np.abs(f[-1, ..., 0::4])
+    last = tuple(k - 1 for k in f_shape[:-2])           # the last tap: padded at the far edges
+    f[last + (3, 1)] = np.inf
+    f[(0,) * (len(f_shape) - 2) + (2, 2)] = np.nan      # the first tap: padded at the near edges
+    f[last + (5, 5)] = -np.inf
+    return x, f
+
+
+@pytest.mark.parametrize("dtype,accumulation", PADDED_RUN_DTYPES, ids=["f32", "f64", "f16acc"])
+@pytest.mark.parametrize("case", PADDED_RUN_CASES, ids=[c[0] for c in PADDED_RUN_CASES])
+def test_padded_runs_in_one_fma(rng, case, dtype, accumulation):
+    _, x_shape, f_shape, strides, dilations, padding = case
+    conv_k, conv_r = (K.conv3d, ref.conv3d) if len(x_shape) == 5 else (K.conv2d, ref.conv2d)
+    x, f = _padded_run_operands(rng, x_shape, f_shape, dtype)
+    a = dict(strides=strides, padding=padding, dilations=dilations, accumulation=accumulation)
+    want = conv_r(x, f, **a)
+    u = want.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[want.itemsize])
+    assert (u == 0).any() and (u == 1 << (8 * want.itemsize - 1)).any(), "outputs should hold +0 and -0"
+    assert np.isnan(want.astype(np.float64)).any()
+    before = K.cpu_isa()
+    try:
+        for isa in _isas():
+            K.set_cpu_isa(isa)
+            assert_bits_equal(conv_k(x, f, **a), want, f"{isa} forward")
+    finally:
+        K.set_cpu_isa(before)

@@ -69,7 +69,9 @@ struct Rows {
   i64 last;      // index of the last row
   const T* tail; // the last row, followed by kPad readable elements
   const T* const* table = nullptr;
+  const T* zero_row = nullptr;   // a table's row of +0 (padding), if it has one
   const T* row(i64 k) const { return table ? table[k] : (k == last ? tail : base + k * len); }
+  bool padded(i64 k) const { return table && table[k] == zero_row; }
 };
 
 // Kernel entry points of one ISA for one accumulator type A: x and dy as

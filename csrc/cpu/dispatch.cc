@@ -201,7 +201,7 @@ TallRows<A> tall_rows(const ConvProblem& p, const cpu::Rows<A>& x, i64 n0, i64 i
             const bool inside = id >= 0 && id < p.D && ih >= 0 && ih < p.H;
             t.table.push_back(inside ? x.row((n * p.D + id) * p.H + ih) : t.zeros.data());
           }
-  t.rows = cpu::Rows<A>{nullptr, p.W * p.C, -1, nullptr, t.table.data()};
+  t.rows = cpu::Rows<A>{nullptr, p.W * p.C, -1, nullptr, t.table.data(), t.zeros.data()};
   return t;
 }
 

@@ -15,6 +15,24 @@
 // parameter) is the number of output pixels in a register block, NV the
 // number of vectors per pixel, BW = kLanes * NV the channels of a block.
 
+// PaddedRun (detconv/numerics.h) for BF lanes at once, gathered while a
+// filter is packed: add() one packed row of BF values per fold step.
+template <int BF>
+struct PaddedRuns {
+  PaddedRun lane[BF];
+  template <class T>
+  void add(const T* w) {
+    for (int l = 0; l < BF; ++l) lane[l].add(w[l]);
+  }
+  void merge(const PaddedRuns& o) {
+    for (int l = 0; l < BF; ++l) lane[l].merge(o.lane[l]);
+  }
+  template <class T>
+  void weights(T* out) const {
+    for (int l = 0; l < BF; ++l) out[l] = lane[l].template weight<T>();
+  }
+};
+
 template <class V>
 struct KernelBase {
   using T = typename V::T;
@@ -57,37 +75,60 @@ struct KernelBase {
   // The register-blocked inner loop: for i ascending, acc[q][j] = fma(x_q[i], w[i][j], acc[q][j]).
   // It works on a private copy so the accumulators never have an address (the
   // __may_alias__ vector types would otherwise force a store after every fma).
-  template <int NP>
-  static inline __attribute__((always_inline)) void micro_regs(Vec (&r)[NP][NV], const T* const (&xp)[NP], const T* w,
+  // NW vectors per pixel (default NV); w holds kLanes * NW values per i.
+  template <int NP, int NW = NV>
+  static inline __attribute__((always_inline)) void micro_regs(Vec (&r)[NP][NW], const T* const (&xp)[NP], const T* w,
                                                                i64 n) {
     for (i64 i = 0; i < n; ++i) {
-      Vec fv[NV];
-      for (int j = 0; j < NV; ++j) fv[j] = V::load(w + i * BW + j * kLanes);
+      Vec fv[NW];
+      for (int j = 0; j < NW; ++j) fv[j] = V::load(w + (i * NW + j) * kLanes);
       for (int q = 0; q < NP; ++q) {
         const Vec xv = V::bcast(xp[q][i]);
-        for (int j = 0; j < NV; ++j) r[q][j] = V::fma(xv, fv[j], r[q][j]);
+        for (int j = 0; j < NW; ++j) r[q][j] = V::fma(xv, fv[j], r[q][j]);
       }
     }
   }
-  template <int NP>
-  static inline __attribute__((always_inline)) void micro(Vec (&acc)[NP][NV], const T* const (&xp)[NP], const T* w,
+  template <int NP, int NW = NV>
+  static inline __attribute__((always_inline)) void micro(Vec (&acc)[NP][NW], const T* const (&xp)[NP], const T* w,
                                                           i64 n) {
-    Vec r[NP][NV];
+    Vec r[NP][NW];
     for (int q = 0; q < NP; ++q)
-      for (int j = 0; j < NV; ++j) r[q][j] = acc[q][j];
-    micro_regs<NP>(r, xp, w, n);
+      for (int j = 0; j < NW; ++j) r[q][j] = acc[q][j];
+    micro_regs<NP, NW>(r, xp, w, n);
     for (int q = 0; q < NP; ++q)
-      for (int j = 0; j < NV; ++j) acc[q][j] = r[q][j];
+      for (int j = 0; j < NW; ++j) acc[q][j] = r[q][j];
   }
-  // The same on accumulators kept in a memory tile of NP*NV vectors (unaligned).
-  template <int NP>
+  // micro() on the pixels q with on[q] only: the others' accumulators keep
+  // their bits (a masked fma; their xp[q] must still be readable).
+  template <int NP, int NW = NV>
+  static inline __attribute__((always_inline)) void micro_masked(Vec (&acc)[NP][NW], const T* const (&xp)[NP],
+                                                                 const bool (&on)[NP], const T* w, i64 n) {
+    using M = typename V::M;
+    M m[NP];
+    for (int q = 0; q < NP; ++q) m[q] = V::lanes(0, on[q] ? kLanes : 0);
+    Vec r[NP][NW];  // a private copy, as in micro()
+    for (int q = 0; q < NP; ++q)
+      for (int j = 0; j < NW; ++j) r[q][j] = acc[q][j];
+    for (i64 i = 0; i < n; ++i) {
+      Vec fv[NW];
+      for (int j = 0; j < NW; ++j) fv[j] = V::load(w + (i * NW + j) * kLanes);
+      for (int q = 0; q < NP; ++q) {
+        const Vec xv = V::bcast(xp[q][i]);
+        for (int j = 0; j < NW; ++j) r[q][j] = V::select(m[q], V::fma(xv, fv[j], r[q][j]), r[q][j]);
+      }
+    }
+    for (int q = 0; q < NP; ++q)
+      for (int j = 0; j < NW; ++j) acc[q][j] = r[q][j];
+  }
+  // The same on accumulators kept in a memory tile of NP*NW vectors (unaligned).
+  template <int NP, int NW = NV>
   static inline __attribute__((always_inline)) void micro_mem(T* tile, const T* const (&xp)[NP], const T* w, i64 n) {
-    Vec r[NP][NV];
+    Vec r[NP][NW];
     for (int q = 0; q < NP; ++q)
-      for (int j = 0; j < NV; ++j) r[q][j] = V::load(tile + (q * NV + j) * kLanes);
-    micro_regs<NP>(r, xp, w, n);
+      for (int j = 0; j < NW; ++j) r[q][j] = V::load(tile + (q * NW + j) * kLanes);
+    micro_regs<NP, NW>(r, xp, w, n);
     for (int q = 0; q < NP; ++q)
-      for (int j = 0; j < NV; ++j) V::store(tile + (q * NV + j) * kLanes, r[q][j]);
+      for (int j = 0; j < NW; ++j) V::store(tile + (q * NW + j) * kLanes, r[q][j]);
   }
 
   // Unit index u = outer * n + inner with inner counted up across a shard, so
@@ -159,6 +200,7 @@ struct KernelBase {
   using Base::put_lanes;                  \
   using Base::micro;                      \
   using Base::micro_mem;                  \
+  using Base::micro_masked;               \
   using typename Base::InnerCounter;      \
   using Base::repeat_channels;            \
   using Base::rows_of;                    \

@@ -17,6 +17,15 @@ constexpr int kOrderVersion = 1;
 // Input row/column/depth slice that filter tap k meets for output `out`.
 DC_HD i64 fprop_in_row(const ConvProblem& p, i64 oh, i64 kh) { return oh * p.sh + kh * p.dh - p.pt; }
 DC_HD i64 fprop_in_col(const ConvProblem& p, i64 ow, i64 kw) { return ow * p.sw + kw * p.dw - p.pl; }
+// The outputs ow in [fprop_first_out, fprop_end_out) meet a column inside the row at tap kw (the range may be empty).
+DC_HD i64 fprop_first_out(const ConvProblem& p, i64 kw) {
+  const i64 t = p.pl - kw * p.dw;
+  return t <= 0 ? 0 : (t + p.sw - 1) / p.sw;
+}
+DC_HD i64 fprop_end_out(const ConvProblem& p, i64 kw) {
+  const i64 t = p.W - 1 + p.pl - kw * p.dw, e = t < 0 ? 0 : t / p.sw + 1;
+  return e < p.OW ? e : p.OW;
+}
 DC_HD i64 fprop_in_dep(const ConvProblem& p, i64 od, i64 kd) { return od * p.sd + kd * p.dd - p.pf; }
 
 // dgrad: output row (column, depth slice) that input row ih reaches through tap kh, or -1 if none.
