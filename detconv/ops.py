@@ -106,15 +106,34 @@ def _int64_sizes(sizes, name):
     t = tf.convert_to_tensor(sizes)
     if not t.dtype.is_integer:
         raise TypeError(f"{name}: expected integers, got dtype {t.dtype.name}")
-    return tf.cast(t, tf.int64)
+    if t.dtype == tf.int64:
+        return t
+    static = tf.get_static_value(t)  # known now (eager, constants): a constant, not a cast op per call
+    return tf.constant(np.asarray(static, np.int64)) if static is not None else tf.cast(t, tf.int64)
 
 
 def _checked_int32(sizes, name):
     """int64 sizes -> the ops' int32, an InvalidArgumentError (not a wrap) past 2^31 - 1."""
     static = tf.get_static_value(sizes)
-    if static is not None and (np.asarray(static) > np.iinfo(np.int32).max).any():
+    if static is None:
+        return tf.cast(sizes, tf.int32)
+    if (np.asarray(static) > np.iinfo(np.int32).max).any():
         raise _invalid(f"{name}: sizes must be < 2^31, got {list(static)}")
-    return tf.cast(sizes, tf.int32)
+    return tf.constant(np.asarray(static, np.int32))
+
+
+_NO_BIAS = {}
+
+
+def _no_bias(dtype):
+    """The empty bias input of an op without bias; eagerly one cached tensor per dtype (a fresh small op per
+    call costs as much as a small convolution's whole Python path)."""
+    if not tf.executing_eagerly():
+        return tf.zeros([0], dtype)
+    if dtype not in _NO_BIAS:
+        with tf.init_scope():
+            _NO_BIAS[dtype] = tf.zeros([0], dtype)
+    return _NO_BIAS[dtype]
 
 
 def _check_rank(t, rank, name):
@@ -158,7 +177,7 @@ def _conv_op(ndims, x, f, b, st, dl, mode, explicit, data_format, accumulation):
             raise ValueError(f"bias: must have shape [{f.shape[-1]}] (out-channels), got {b.shape}")
     _check_static(x, f, data_format)
     op = load_ops().det_conv_conv3d if ndims == 3 else load_ops().det_conv_conv2d
-    return op(x, f, tf.zeros([0], dtype=x.dtype) if b is None else b, use_bias=b is not None,
+    return op(x, f, _no_bias(x.dtype) if b is None else b, use_bias=b is not None,
               **_attrs(st, dl, mode, explicit, data_format, acc))
 
 
@@ -343,10 +362,16 @@ def depthwise_conv2d_backprop_filter(input, filter_sizes, out_backprop, strides,
         sizes = _int64_sizes(filter_sizes, "filter_sizes")
         if sizes.shape.rank != 1 or (sizes.shape[0] is not None and sizes.shape[0] != 4):
             raise ValueError(f"filter_sizes: expected 4 sizes [KH, KW, C, M], got shape {sizes.shape}")
-        hwio = tf.stack([sizes[0], sizes[1], tf.ones([], tf.int64), sizes[2] * sizes[3]])
+        static = tf.get_static_value(sizes)
+        if static is not None:  # known sizes (eager, constants): Python ints, no small ops per call
+            kh, kw, c, m = (int(v) for v in static)
+            hwio, out_shape = [kh, kw, 1, c * m], [kh, kw, c, m]
+        else:
+            hwio = tf.stack([sizes[0], sizes[1], tf.ones([], tf.int64), sizes[2] * sizes[3]])
+            out_shape = tf.cast(sizes, tf.int32)
         df = conv2d_backprop_filter(input, hwio, out_backprop, strides, padding, data_format, dilations,
                                     accumulation=accumulation)
-        return tf.reshape(df, tf.cast(sizes, tf.int32))
+        return tf.reshape(df, out_shape)
 
 
 @_tf_nn_errors
@@ -473,7 +498,7 @@ def _conv_backprop_input_grad(op, ddx):
     _, f, dy = op.inputs
     a = _conv_attrs(op)
     conv, _, backprop_filter = _family(op)
-    d_dy = conv(ddx, f, tf.zeros([0], ddx.dtype), use_bias=False, **a)
+    d_dy = conv(ddx, f, _no_bias(ddx.dtype), use_bias=False, **a)
     d_f = backprop_filter(ddx, tf.shape(f, out_type=tf.int32), dy, **a)
     return None, d_f, d_dy
 
@@ -485,7 +510,7 @@ def _conv_backprop_filter_grad(op, ddf):
     a = _conv_attrs(op)
     conv, backprop_input, _ = _family(op)
     d_x = backprop_input(tf.shape(x, out_type=tf.int32), ddf, dy, **a)
-    d_dy = conv(x, ddf, tf.zeros([0], x.dtype), use_bias=False, **a)
+    d_dy = conv(x, ddf, _no_bias(x.dtype), use_bias=False, **a)
     return d_x, None, d_dy
 
 

@@ -25,12 +25,15 @@ CASES_2D = [
     ("wide-row-s2-c20", (1, 6, 30, 20), (3, 3, 20, 12), (1, 2), 1, "SAME"),
     ("wide-row-dw", (1, 4, 29, 16), (3, 3, 1, 16), 2, 1, "SAME"),
     ("wide-row-dw-s1", (1, 5, 21, 12), (3, 3, 1, 12), 1, 1, "SAME"),
+    # Depthwise 3x3 filter gradients whose chunks start mid-row (and padding on one side only).
+    ("dw-chunks-s2", (3, 10, 25, 20), (3, 3, 1, 20), 2, 1, "SAME"),
+    ("dw-chunks-explicit", (2, 9, 40, 18), (3, 3, 1, 18), 1, 1, ((0, 2), (2, 0))),
     # Input gradients with pixel lanes (few channels per group): whole interior blocks and border masks.
     ("wide-row-s2-c3", (1, 5, 150, 3), (7, 7, 3, 8), 2, 1, "SAME"),
     ("wide-row-c1-d2", (1, 4, 70, 1), (3, 5, 1, 4), 1, (1, 2), "SAME"),
 ]
 
-# The raw-kernel tests' own 2-D selection (tests/test_kernels.py), unchanged from before the tables moved here.
+# The raw-kernel tests' own 2-D selection (tests/test_kernels.py).
 CASES_2D_KERNELS = [
     ("3x3-same", (2, 6, 7, 5), (3, 3, 5, 6), 1, 1, "SAME"),
     ("3x3-valid-s2", (2, 9, 8, 4), (3, 3, 4, 7), 2, 1, "VALID"),
@@ -40,6 +43,7 @@ CASES_2D_KERNELS = [
     ("depthwise-m3-s2", (2, 9, 9, 4), (3, 3, 1, 12), 2, 1, "SAME"),
     ("depthwise-d2", (1, 9, 10, 5), (3, 3, 1, 5), 1, 2, "VALID"),
     ("1x1-wide", (2, 5, 5, 24), (1, 1, 24, 20), 1, 1, "VALID"),
+    ("dw-chunks-s2", (3, 10, 25, 20), (3, 3, 1, 20), 2, 1, "SAME"),
 ]
 
 # (name, x shape NDHWC, filter DHWIO, strides, dilations, padding (reference form))

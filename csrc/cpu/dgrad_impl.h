@@ -108,8 +108,14 @@ struct DgradKernels : KernelBase<V> {
     const std::vector<T> zeros(cog + kPad, T(0));  // what masked-off pixels read
     const i64 units = p.N * p.D * p.H * p.G * nb * pb.count();
     const Strides4 xs = dx.s;
+    struct TapCols {
+      i64 ow0;       // dy column of pixel 0
+      bool any, all; // the tap reaches some / every pixel
+      bool on[NP];   // ... pixel q
+    };
     ex.parallel_for(units, taps * cog * BW * NP, [&](i64 u0, i64 u1) {
       FpEnvGuard guard;
+      std::vector<TapCols> cols(p.KW);
       InnerCounter c(u0, pb.count());
       i64 b = 0, g = 0, ih = 0, id = 0, n = 0;
       for (i64 u = u0; u < u1; ++u, c.next()) {
@@ -125,8 +131,22 @@ struct DgradKernels : KernelBase<V> {
         pb.cols_full(c.inner, iw, store_from);
         if (iw[0] < 0) continue;  // a phase with no pixel here
         // Pixel q is column iw[0] + q*sw, so tap kw reaches all of them by
-        // stride or none, and reaches dy columns ow0 + q: one division per tap.
-        // A pixel that a tap does not reach (or past the row) keeps its bits (masked fma).
+        // stride or none, and reaches dy columns ow0 + q. Which pixels each kw
+        // reaches is the same for every (kd, kh): found once per block. A pixel
+        // a tap does not reach (or past the row) keeps its bits (masked fma).
+        for (i64 kw = 0; kw < p.KW; ++kw) {
+          const i64 t0 = iw[0] + p.pl - kw * p.dw;
+          TapCols& tc = cols[kw];
+          tc.ow0 = t0 / p.sw;  // exact when the tap reaches the block
+          tc.any = tc.all = t0 % p.sw == 0;
+          bool some = false;
+          for (int q = 0; q < NP; ++q) {
+            tc.on[q] = tc.any && iw[q] >= 0 && tc.ow0 + q >= 0 && tc.ow0 + q < p.OW;
+            tc.all &= tc.on[q];
+            some |= tc.on[q];
+          }
+          tc.any = some;
+        }
         Vec acc[NP][NV];
         for (int q = 0; q < NP; ++q)
           for (int j = 0; j < NV; ++j) acc[q][j] = V::zero();
@@ -139,19 +159,17 @@ struct DgradKernels : KernelBase<V> {
             const T* row = dy.row((n * p.OD + od) * p.OH + oh) + g * cog;
             const T* wrow = wt.data() + ((g * nb + b) * taps + (kd * p.KH + kh) * p.KW) * cog * BW;
             for (i64 kw = 0; kw < p.KW; ++kw) {
-              const i64 t0 = iw[0] + p.pl - kw * p.dw;
-              if (t0 % p.sw != 0) continue;
-              const i64 ow0 = t0 / p.sw;  // exact
+              const TapCols& tc = cols[kw];
+              if (!tc.any) continue;
               const T* dp[NP];
-              bool on[NP], all = true;
-              for (int q = 0; q < NP; ++q) {
-                on[q] = iw[q] >= 0 && ow0 + q >= 0 && ow0 + q < p.OW;
-                dp[q] = on[q] ? row + (ow0 + q) * p.Co : zeros.data();
-                all &= on[q];
-              }
               // Same micro-kernel as the forward pass, over o_local instead of i.
-              if (all) micro(acc, dp, wrow + kw * cog * BW, cog);
-              else if (ow0 < p.OW && ow0 + NP > 0) micro_masked(acc, dp, on, wrow + kw * cog * BW, cog);
+              if (tc.all) {
+                for (int q = 0; q < NP; ++q) dp[q] = row + (tc.ow0 + q) * p.Co;
+                micro(acc, dp, wrow + kw * cog * BW, cog);
+              } else {
+                for (int q = 0; q < NP; ++q) dp[q] = tc.on[q] ? row + (tc.ow0 + q) * p.Co : zeros.data();
+                micro_masked(acc, dp, tc.on, wrow + kw * cog * BW, cog);
+              }
             }
           }
         }

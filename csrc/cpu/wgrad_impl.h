@@ -199,6 +199,98 @@ struct WgradKernels : KernelBase<V> {
     });
   }
 
+  // One output row segment of wgrad_dw33: positions e = 0..seg-1, tap 0 of
+  // position e at column c0 + e*SW, on private accumulators (see micro()).
+  // xr[kh]: filter row kh's input row at this block's channels (a row of +0
+  // for a padded row). Columns outside [0, W) read +0: the few positions
+  // whose taps reach them take checked loads; between them every column is
+  // inside, and the columns each filter row meets slide by SW per position
+  // (AVX-512 keeps them in registers and loads only the new ones).
+  template <int SW>
+  static inline __attribute__((always_inline)) void dw33_segment(Vec (&acc)[3][3], const T* const (&xr)[3], i64 C,
+                                                                 i64 W, const T* dyr, i64 Co, i64 seg, i64 c0) {
+    constexpr bool kSlide = sizeof(Vec) >= 64;  // 9 + 9 + 1 vectors fit 32 registers
+    Vec a[3][3], w[3][3];
+    for (int kh = 0; kh < 3; ++kh)
+      for (int kw = 0; kw < 3; ++kw) a[kh][kw] = acc[kh][kw];
+    // Positions [lo, hi) meet columns inside the row only.
+    const i64 lo = std::min(seg, c0 >= 0 ? 0 : ceil_div(-c0, SW));
+    const i64 hi = std::max(lo, std::min(seg, W - 3 - c0 < 0 ? 0 : (W - 3 - c0) / SW + 1));
+    auto checked = [&](i64 e) {
+      const Vec dv = V::load(dyr + e * Co);
+      for (int kh = 0; kh < 3; ++kh)
+        for (int kw = 0; kw < 3; ++kw) {
+          const i64 c = c0 + e * SW + kw;
+          a[kh][kw] = V::fma(c >= 0 && c < W ? V::load(xr[kh] + c * C) : V::zero(), dv, a[kh][kw]);
+        }
+    };
+    for (i64 e = 0; e < lo; ++e) checked(e);
+    if (kSlide && lo < hi)
+      for (int kh = 0; kh < 3; ++kh)
+        for (int kw = 0; kw < 3; ++kw) w[kh][kw] = V::load(xr[kh] + (c0 + lo * SW + kw) * C);
+    for (i64 e = lo; e < hi; ++e) {
+      const Vec dv = V::load(dyr + e * Co);
+      const i64 c = c0 + e * SW;
+      for (int kh = 0; kh < 3; ++kh)
+        for (int kw = 0; kw < 3; ++kw) {
+          if (!kSlide) w[kh][kw] = V::load(xr[kh] + (c + kw) * C);
+          a[kh][kw] = V::fma(w[kh][kw], dv, a[kh][kw]);
+        }
+      if (kSlide && e + 1 < hi)
+        for (int kh = 0; kh < 3; ++kh) {  // the next position's columns
+          if (SW == 1) {
+            w[kh][0] = w[kh][1];
+            w[kh][1] = w[kh][2];
+          } else {
+            w[kh][0] = w[kh][2];
+            w[kh][1] = V::load(xr[kh] + (c + SW + 1) * C);
+          }
+          w[kh][2] = V::load(xr[kh] + (c + SW + 2) * C);
+        }
+    }
+    for (i64 e = hi; e < seg; ++e) checked(e);
+    for (int kh = 0; kh < 3; ++kh)
+      for (int kw = 0; kw < 3; ++kw) acc[kh][kw] = a[kh][kw];
+  }
+
+  // Depthwise 3x3 (one output channel per group, width dilation 1, width
+  // stride SW): one unit is one chunk of one vector of channels with all 9
+  // taps in registers, so x and dy stream once per chunk; along a row the
+  // columns each filter row meets slide by SW per position (AVX-512 keeps
+  // them loaded and reads only the new ones). Every tap's fold is r
+  // ascending, padded columns and rows as +0.
+  template <int SW>
+  static void wgrad_dw33(const ConvProblem& p, const Chunks& ch, const Rows<T>& x, const Rows<T>& dy, T* parts,
+                         const CpuExecutor& ex) {
+    const i64 nb = ceil_div(p.Co, kLanes), F = p.filter_elems();
+    const std::vector<T> zero_row(p.W * p.C + kPad, T(0));  // what a padded filter row reads
+    ex.parallel_for(ch.P * nb, ch.L * 9 * kLanes, [&](i64 u0, i64 u1) {
+      FpEnvGuard guard;
+      alignas(64) T tmp[kLanes];
+      for (i64 u = u0; u < u1; ++u) {
+        const i64 k = u / nb, o0 = u % nb * kLanes;  // channel blocks innermost: they share the chunk's rows
+        Vec acc[3][3];
+        for (int kh = 0; kh < 3; ++kh)
+          for (int kw = 0; kw < 3; ++kw) acc[kh][kw] = V::zero();
+        for (i64 r = ch.begin(k), end = ch.end(k); r < end;) {
+          i64 n, oh, ow;
+          split_r(p, r, n, oh, ow);
+          const i64 seg = std::min(end - r, p.OW - ow);
+          const T* xr[3];
+          for (int kh = 0; kh < 3; ++kh) {
+            const i64 ih = fprop_in_row(p, oh, kh);
+            xr[kh] = (ih >= 0 && ih < p.H ? x.row(n * p.H + ih) : zero_row.data()) + o0;
+          }
+          dw33_segment<SW>(acc, xr, p.C, p.W, dy.row(n * p.OH + oh) + ow * p.Co + o0, p.Co, seg, ow * SW - p.pl);
+          r += seg;
+        }
+        for (int kh = 0; kh < 3; ++kh)
+          for (int kw = 0; kw < 3; ++kw)
+            store_lanes(parts + k * F + (kh * 3 + kw) * p.Co + o0, acc[kh][kw], p.Co - o0, tmp);
+      }
+    });
+  }
+
   static void wgrad(const ConvProblem& p, const Rows<T>& x, const Rows<T>& dy, const OutSpec& dw, const CpuExecutor& ex) {
     const i64 F = p.filter_elems();
     const Chunks ch = reduction_chunks(p.R(), F);
@@ -207,7 +299,10 @@ struct WgradKernels : KernelBase<V> {
       return;
     }
     Scratch parts(ex, ch.P * F);
-    if (p.Cg == 1 && p.Cog() < kLanes) wgrad_dw(p, ch, x, dy, parts.data(), ex);
+    const bool dw33 = p.Cg == 1 && p.Cog() == 1 && p.KH == 3 && p.KW == 3 && p.dw == 1;
+    if (dw33 && p.sw == 1) wgrad_dw33<1>(p, ch, x, dy, parts.data(), ex);
+    else if (dw33 && p.sw == 2) wgrad_dw33<2>(p, ch, x, dy, parts.data(), ex);
+    else if (p.Cg == 1 && p.Cog() < kLanes) wgrad_dw(p, ch, x, dy, parts.data(), ex);
     else wgrad_dense(p, ch, x, dy, parts.data(), ex);
     combine(ch, F, parts.data(), dw, ex);
   }
