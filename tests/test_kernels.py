@@ -326,3 +326,22 @@ def test_padded_runs_in_one_fma(rng, case, dtype, accumulation):
             assert_bits_equal(conv_k(x, f, **a), want, f"{isa} forward")
     finally:
         K.set_cpu_isa(before)
+
+
+@pytest.mark.parametrize("dtype,accumulation", DTYPES, ids=DTYPE_IDS)
+def test_large_pointwise_gemm_path(rng, dtype, accumulation):
+    # A 1x1 filter past 512 KiB takes the GEMM-like forward kernel (pixels flattened across rows and images,
+    # the fold over input channels in chunks through a memory tile): partial pixel tiles, partial channel
+    # blocks, several chunks, bias; every ISA path.
+    scale = 0.5 if accumulation == "float16" else 1.0
+    x = rand(rng, (2, 3, 5, 520), dtype, scale)
+    f = rand(rng, (1, 1, 520, 272), dtype, scale / 8)
+    b = rand(rng, (272,), dtype, scale)
+    want = ref.conv2d(x, f, bias=b, accumulation=accumulation)
+    before = K.cpu_isa()
+    try:
+        for isa in _isas():
+            K.set_cpu_isa(isa)
+            assert_bits_equal(K.conv2d(x, f, bias=b, accumulation=accumulation), want, f"{isa} forward")
+    finally:
+        K.set_cpu_isa(before)

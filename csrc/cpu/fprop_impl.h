@@ -186,6 +186,62 @@ struct FpropKernels : KernelBase<V> {
     });
   }
 
+  // 1x1, stride 1, no padding, one group, filter past L2: a GEMM over all
+  // N*H*W pixels (flattened: blocks run across rows). A unit is MB pixels of
+  // one channel block; their accumulators live in a memory tile while the
+  // fold over i runs in chunks of KC, in order, so each chunk's filter slice
+  // (KC x BF, 32 KiB) stays in L1 across the unit's pixel blocks instead of
+  // the whole block's filter streaming from L3 for every 8 pixels.
+  template <int NP, int NW>
+  static void fprop_1x1(const ConvProblem& p, const Rows<T>& x, const T* f, const T* bias, const OutSpec& y,
+                        const CpuExecutor& ex) {
+    constexpr int BF = kLanes * NW;
+    constexpr i64 MB = 8 * NP, KC = (i64(32) << 10) / (BF * i64(sizeof(T)));
+    const i64 nb = ceil_div(p.Co, BF), M = p.N * p.H * p.W, K = p.Cg;
+    std::vector<T> wp(nb * K * BF), bp(nb * BF, T(0));
+    ex.parallel_for(nb * K, BF, [&](i64 u0, i64 u1) {
+      for (i64 u = u0; u < u1; ++u) {
+        const i64 b = u / K, i = u % K;
+        for (i64 l = 0; l < BF; ++l) wp[u * BF + l] = b * BF + l < p.Co ? f[i * p.Co + b * BF + l] : T(0);
+      }
+    });
+    if (bias)
+      for (i64 o = 0; o < p.Co; ++o) bp[o] = bias[o];
+    const std::vector<T> zeros(K + kPad, T(0));  // what pixels past the end read
+    const Strides4 ys = y.s;
+    ex.parallel_for(ceil_div(M, MB) * nb, MB * K * BF, [&](i64 u0, i64 u1) {
+      FpEnvGuard guard;
+      std::vector<T> tile(MB * BF);
+      for (i64 u = u0; u < u1; ++u) {
+        const i64 b = u % nb, m0 = u / nb * MB;  // channel blocks innermost: they share the pixels
+        const T* wb = wp.data() + b * K * BF;
+        std::fill(tile.begin(), tile.end(), T(0));
+        const T* px[MB];  // pixel m0 + q's input channels
+        for (i64 q = 0; q < MB; ++q) {
+          const i64 m = m0 + q, row = m / p.W;
+          px[q] = m < M ? x.row(row) + (m - row * p.W) * p.C : zeros.data();
+        }
+        for (i64 k0 = 0; k0 < K; k0 += KC) {
+          const i64 kn = std::min(KC, K - k0);
+          for (i64 q0 = 0; q0 < MB; q0 += NP) {
+            const T* xp[NP];
+            for (int q = 0; q < NP; ++q) xp[q] = px[q0 + q] + k0;
+            Base::template micro_mem<NP, NW>(tile.data() + q0 * BF, xp, wb + k0 * BF, kn);
+          }
+        }
+        for (i64 q = 0; q < MB && m0 + q < M; ++q) {
+          const i64 m = m0 + q, n = m / (p.H * p.W), oh = m / p.W % p.H, ow = m % p.W;
+          for (int j = 0; j < NW; ++j) {
+            Vec a = V::load(tile.data() + q * BF + j * kLanes);
+            if (bias) a = V::add(a, V::load(bp.data() + b * BF + j * kLanes));
+            const i64 o = b * BF + j * kLanes;
+            put_lanes(y, a, ys.at(n, oh, ow, o), ys.c, p.Co - o);
+          }
+        }
+      }
+    });
+  }
+
   // One depthwise block: NP output pixels x NW vectors of channels, folded
   // over (kh, kw) on private accumulators (see micro()). xs: channels per input pixel.
   template <int NP, int NW>
@@ -318,6 +374,9 @@ struct FpropKernels : KernelBase<V> {
       if (k3 && p.sw == 1) fprop_dw<8, 1, 1>(p, x, f, bias, y, ex);
       else if (k3 && p.sw == 2) fprop_dw<6, 1, 2>(p, x, f, bias, y, ex);
       else fprop_dw<PW, NV, 0>(p, x, f, bias, y, ex);
+    } else if (p.KH == 1 && p.KW == 1 && p.sh == 1 && p.sw == 1 && p.pt == 0 && p.pl == 0 && p.OH == p.H &&
+               p.OW == p.W && p.G == 1 && p.filter_elems() * i64(sizeof(T)) > (i64(512) << 10)) {
+      fprop_1x1<Base::PF, NV>(p, x, f, bias, y, ex);
     } else {
       fprop_dense<Base::PF, NV>(p, x, f, bias, y, ex);
     }
