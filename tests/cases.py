@@ -44,6 +44,7 @@ CASES_2D_KERNELS = [
     ("depthwise-d2", (1, 9, 10, 5), (3, 3, 1, 5), 1, 2, "VALID"),
     ("1x1-wide", (2, 5, 5, 24), (1, 1, 24, 20), 1, 1, "VALID"),
     ("dw-chunks-s2", (3, 10, 25, 20), (3, 3, 1, 20), 2, 1, "SAME"),
+    ("rows-of-14", (2, 5, 14, 20), (3, 3, 20, 24), 1, 1, "SAME"),  # 7-pixel blocks on AVX-512
 ]
 
 # (name, x shape NDHWC, filter DHWIO, strides, dilations, padding (reference form))

@@ -75,7 +75,7 @@ struct Rows {
 };
 
 // Kernel entry points of one ISA for one accumulator type A: x and dy as
-// Rows (rows of W*C), f HWIO and bias with kPad readable elements past the end.
+// Rows (rows of W*C), f HWIO and bias (read in bounds only: they are packed first).
 template <class A>
 struct IsaKernels {
   void (*fprop)(const ConvProblem&, const Rows<A>& x, const A* f, const A* bias, const OutSpec& y, const CpuExecutor&);

@@ -136,13 +136,28 @@ RowsBuf<A> make_rows(const void* src, DType dt, Layout layout, i64 N, i64 H, i64
   return rb;
 }
 
+// A filter or bias as accumulator values: the caller's memory itself when it
+// already holds them (kernels read filters and biases only in bounds, while
+// packing), else an exact conversion.
 template <class A>
-std::vector<A> to_acc(const void* src, DType dt, i64 count) {
-  std::vector<A> out(count + cpu::kPad, A(0));
+struct AccValues {
+  std::vector<A> own;
+  const A* data = nullptr;
+};
+
+template <class A>
+AccValues<A> to_acc(const void* src, DType dt, i64 count) {
+  AccValues<A> v;
+  if (dt == (sizeof(A) == 8 ? DType::kFloat64 : DType::kFloat32)) {
+    v.data = static_cast<const A*>(src);
+    return v;
+  }
+  v.own.resize(count);
   with_source<A>(src, dt, [&](auto load) {
-    for (i64 k = 0; k < count; ++k) out[k] = load(k);
+    for (i64 k = 0; k < count; ++k) v.own[k] = load(k);
   });
-  return out;
+  v.data = v.own.data();
+  return v;
 }
 
 // Calls fn with the accumulator type and kernel set of the problem.
@@ -254,11 +269,11 @@ void fprop_cpu(const ConvProblem& p, const void* x, const void* f, const void* b
     using A = decltype(zero);
     const auto xa = make_rows<A>(x, p.dtype, p.layout, p.N, p.D * p.H, p.W, p.C, ex);
     const auto fa = to_acc<A>(f, p.dtype, p.filter_elems());
-    std::vector<A> ba;
+    AccValues<A> ba;
     if (bias) ba = to_acc<A>(bias, p.dtype, p.Co);
-    const A* b = bias ? ba.data() : nullptr;
+    const A* b = bias ? ba.data : nullptr;
     if (!three_d(p)) {
-      k.fprop(p, xa.rows, fa.data(), b, cpu::OutSpec{y, p.dtype, p.y_strides()}, ex);
+      k.fprop(p, xa.rows, fa.data, b, cpu::OutSpec{y, p.dtype, p.y_strides()}, ex);
       return;
     }
     // Output image n2 = n*OD + od is at n2*s.d in NDHWC (one call); in NCDHW
@@ -268,7 +283,7 @@ void fprop_cpu(const ConvProblem& p, const void* x, const void* f, const void* b
     for (i64 n0 = 0; n0 < p.N; n0 += step) {
       const TallRows<A> t = tall_rows(p, xa.rows, n0, step);
       void* base = static_cast<char*>(y) + n0 * ys.n * dtype_size(p.dtype);
-      k.fprop(depth_as_rows(p, step), t.rows, fa.data(), b, cpu::OutSpec{base, p.dtype, Strides4{ys.d, ys.h, ys.w, ys.c}},
+      k.fprop(depth_as_rows(p, step), t.rows, fa.data, b, cpu::OutSpec{base, p.dtype, Strides4{ys.d, ys.h, ys.w, ys.c}},
               ex);
     }
   });
@@ -280,7 +295,7 @@ void dgrad_cpu(const ConvProblem& p, const void* dy, const void* f, void* dx, co
     using A = decltype(zero);
     const auto da = make_rows<A>(dy, p.dtype, p.layout, p.N, p.OD * p.OH, p.OW, p.Co, ex);
     const auto fa = to_acc<A>(f, p.dtype, p.filter_elems());
-    k.dgrad(p, da.rows, fa.data(), cpu::OutSpec{dx, p.dtype, p.x_strides()}, ex);  // depth-aware (dgrad_impl.h)
+    k.dgrad(p, da.rows, fa.data, cpu::OutSpec{dx, p.dtype, p.x_strides()}, ex);  // depth-aware (dgrad_impl.h)
   });
 }
 

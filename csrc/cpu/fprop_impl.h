@@ -377,6 +377,8 @@ struct FpropKernels : KernelBase<V> {
     } else if (p.KH == 1 && p.KW == 1 && p.sh == 1 && p.sw == 1 && p.pt == 0 && p.pl == 0 && p.OH == p.H &&
                p.OW == p.W && p.G == 1 && p.filter_elems() * i64(sizeof(T)) > (i64(512) << 10)) {
       fprop_1x1<Base::PF, NV>(p, x, f, bias, y, ex);
+    } else if (Base::PF == 8 && p.OW % 8 != 0 && p.OW % 7 == 0) {
+      fprop_dense<7, NV>(p, x, f, bias, y, ex);  // 7x7, 14x14, 28x28: whole blocks (measured: 3x3 7x7x512 +12%)
     } else {
       fprop_dense<Base::PF, NV>(p, x, f, bias, y, ex);
     }
