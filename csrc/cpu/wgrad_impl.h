@@ -36,61 +36,89 @@ struct WgradKernels : KernelBase<V> {
   };
 
   // Adds the ch.P chunk parts of every element in chunk order and rounds once.
+  // A unit is EV vectors of elements: each part's slice of them is one
+  // contiguous run (a page), not P scattered vectors per element vector.
   static void combine(const Chunks& ch, i64 F, const T* parts, const OutSpec& out, const CpuExecutor& ex) {
-    const i64 units = ceil_div(F, kLanes);
-    ex.parallel_for(units, ch.P * kLanes, [&](i64 u0, i64 u1) {
+    constexpr int EV = 16;
+    const i64 units = ceil_div(F, EV * kLanes);
+    ex.parallel_for(units, ch.P * EV * kLanes, [&](i64 u0, i64 u1) {
       FpEnvGuard guard;
       for (i64 u = u0; u < u1; ++u) {
-        const i64 e0 = u * kLanes;
-        Vec s = V::load(parts + e0);  // parts is padded by kPad
-        for (i64 k = 1; k < ch.P; ++k) s = V::add(s, V::load(parts + k * F + e0));
-        put_lanes(out, s, e0, 1, F - e0);
+        const i64 e0 = u * EV * kLanes, nv = std::min<i64>(EV, ceil_div(F - e0, kLanes));
+        Vec s[EV];
+        for (int v = 0; v < EV; ++v)
+          if (v < nv) s[v] = V::load(parts + e0 + v * kLanes);  // parts is padded by kPad
+        for (i64 k = 1; k < ch.P; ++k) {
+          const T* pk = parts + k * F + e0;
+          for (int v = 0; v < EV; ++v)
+            if (v < nv) s[v] = V::add(s[v], V::load(pk + v * kLanes));
+        }
+        for (int v = 0; v < EV; ++v)
+          if (v < nv) put_lanes(out, s[v], e0 + v * kLanes, 1, F - e0 - v * kLanes);
       }
     });
   }
 
   static constexpr i64 kAheadR = 8;  // dy pixels prefetched ahead in dw folds
-  // The r loop of one dense dw tile, on private accumulators (see micro()).
-  static inline __attribute__((always_inline)) void wgrad_dense_fold(Vec (&acc)[TI][NV], const ConvProblem& p,
+  // n positions of a dense dw tile on private accumulators (see micro()): x
+  // at xp, advancing xstep per position (0: the same +0s), dy at dyr, advancing Co.
+  template <int NI, int NW>
+  static inline __attribute__((always_inline)) void wgrad_dense_run(Vec (&acc)[NI][NW], const T* xp, i64 xstep,
+                                                                    const T* dyr, i64 Co, i64 n) {
+    Vec a[NI][NW];
+    for (int t = 0; t < NI; ++t)
+      for (int j = 0; j < NW; ++j) a[t][j] = acc[t][j];
+    for (i64 e = 0; e < n; ++e, xp += xstep, dyr += Co) {
+      __builtin_prefetch(dyr + kAheadR * Co);  // dy strides by whole pixels: ahead of the hardware
+      Vec dv[NW];
+      for (int j = 0; j < NW; ++j) dv[j] = V::load(dyr + j * kLanes);
+      for (int t = 0; t < NI; ++t) {
+        const Vec xv = V::bcast(xp[t]);
+        for (int j = 0; j < NW; ++j) a[t][j] = V::fma(xv, dv[j], a[t][j]);
+      }
+    }
+    for (int t = 0; t < NI; ++t)
+      for (int j = 0; j < NW; ++j) acc[t][j] = a[t][j];
+  }
+
+  // The r loop of one dense dw tile, one output row segment at a time: the
+  // positions whose column lies inside the row in one run, those in padding
+  // (+0, exactly as the forward pass) around it.
+  template <int NI, int NW>
+  static inline __attribute__((always_inline)) void wgrad_dense_fold(Vec (&acc)[NI][NW], const ConvProblem& p,
                                                                      const Chunks& ch, i64 k, i64 kh, i64 kw,
                                                                      const Rows<T>& x, i64 xoff, const Rows<T>& dy,
                                                                      i64 dyoff, const T* zeros) {
-    Vec a[TI][NV];
-    for (int t = 0; t < TI; ++t)
-      for (int j = 0; j < NV; ++j) a[t][j] = V::zero();
-    // r ascending, walked one output row segment (fixed n, oh) at a time;
-    // one division for the chunk, none per segment.
+    for (int t = 0; t < NI; ++t)
+      for (int j = 0; j < NW; ++j) acc[t][j] = V::zero();
+    // r ascending; one division for the chunk, none per segment.
     i64 n, oh, ow;
     split_r(p, ch.begin(k), n, oh, ow);
     for (i64 r = ch.begin(k), end = ch.end(k); r < end; ow = 0, oh = oh + 1 == p.OH ? 0 : oh + 1, n += oh == 0) {
       const i64 seg = std::min(end - r, p.OW - ow);
-      const i64 ih = fprop_in_row(p, oh, kh);
-      const bool row_in = ih >= 0 && ih < p.H;
-      const T* xrow = row_in ? x.row(n * p.H + ih) + xoff : zeros;
+      const i64 ih = fprop_in_row(p, oh, kh), iw0 = fprop_in_col(p, ow, kw);
       const T* dyr = dy.row(n * p.OH + oh) + ow * p.Co + dyoff;
-      i64 iw = fprop_in_col(p, ow, kw);
-      for (i64 e = 0; e < seg; ++e, iw += p.sw, dyr += p.Co) {
-        // +0 in padding, exactly as the forward pass.
-        const T* xp = (row_in && iw >= 0 && iw < p.W) ? xrow + iw * p.C : zeros;
-        __builtin_prefetch(dyr + kAheadR * p.Co);  // dy strides by whole pixels: ahead of the hardware
-        Vec dv[NV];
-        for (int j = 0; j < NV; ++j) dv[j] = V::load(dyr + j * kLanes);
-        for (int t = 0; t < TI; ++t) {
-          const Vec xv = V::bcast(xp[t]);
-          for (int j = 0; j < NV; ++j) a[t][j] = V::fma(xv, dv[j], a[t][j]);
-        }
+      i64 lo = seg, hi = seg;  // positions [lo, hi) meet a column inside the row
+      if (ih >= 0 && ih < p.H) {
+        lo = std::min(seg, iw0 >= 0 ? 0 : ceil_div(-iw0, p.sw));
+        hi = std::max(lo, std::min(seg, p.W - 1 - iw0 < 0 ? 0 : (p.W - 1 - iw0) / p.sw + 1));
       }
+      wgrad_dense_run<NI, NW>(acc, zeros, 0, dyr, p.Co, lo);
+      if (hi > lo)
+        wgrad_dense_run<NI, NW>(acc, x.row(n * p.H + ih) + xoff + (iw0 + lo * p.sw) * p.C, p.sw * p.C, dyr + lo * p.Co,
+                        p.Co, hi - lo);
+      wgrad_dense_run<NI, NW>(acc, zeros, 0, dyr + hi * p.Co, p.Co, seg - hi);
       r += seg;
     }
-    for (int t = 0; t < TI; ++t)
-      for (int j = 0; j < NV; ++j) acc[t][j] = a[t][j];
   }
 
-  // Dense: lanes over BW output channels of one group, NI consecutive i of one
-  // (kh, kw) tap in registers; the fold runs over r inside one chunk.
+  // Dense: lanes over BW = NW vectors of output channels of one group, NI
+  // consecutive i of one (kh, kw) tap in registers; the fold runs over r
+  // inside one chunk.
+  template <int NI, int NW>
   static void wgrad_dense(const ConvProblem& p, const Chunks& ch, const Rows<T>& x, const Rows<T>& dy, T* parts,
                           const CpuExecutor& ex) {
-    constexpr int NI = TI;  // input channels per register tile
+    constexpr int BW = kLanes * NW;
     const i64 cog = p.Cog(), nb = ceil_div(cog, BW), ib = ceil_div(p.Cg, NI), F = p.filter_elems();
     const std::vector<T> zeros(NI + kPad, T(0));
     const i64 units = ch.P * p.G * nb * p.KH * p.KW * ib;
@@ -121,10 +149,10 @@ struct WgradKernels : KernelBase<V> {
           }
         }
         const i64 i0 = bi * NI, o0 = g * cog + b * BW;
-        Vec acc[NI][NV];
-        wgrad_dense_fold(acc, p, ch, k, kh, kw, x, g * p.Cg + i0, dy, o0, zeros.data());
+        Vec acc[NI][NW];
+        wgrad_dense_fold<NI, NW>(acc, p, ch, k, kh, kw, x, g * p.Cg + i0, dy, o0, zeros.data());
         for (int t = 0; t < NI; ++t)
-          for (int j = 0; j < NV; ++j) {
+          for (int j = 0; j < NW; ++j) {
             if (i0 + t >= p.Cg) continue;
             const i64 ol0 = b * BW + j * kLanes;
             T* dst = parts + k * F + ((kh * p.KW + kw) * p.Cg + i0 + t) * p.Co + g * cog + ol0;
@@ -303,7 +331,7 @@ struct WgradKernels : KernelBase<V> {
     if (dw33 && p.sw == 1) wgrad_dw33<1>(p, ch, x, dy, parts.data(), ex);
     else if (dw33 && p.sw == 2) wgrad_dw33<2>(p, ch, x, dy, parts.data(), ex);
     else if (p.Cg == 1 && p.Cog() < kLanes) wgrad_dw(p, ch, x, dy, parts.data(), ex);
-    else wgrad_dense(p, ch, x, dy, parts.data(), ex);
+    else wgrad_dense<TI, NV>(p, ch, x, dy, parts.data(), ex);
     combine(ch, F, parts.data(), dw, ex);
   }
 
