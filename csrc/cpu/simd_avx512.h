@@ -58,43 +58,24 @@ struct VH {
   static R load(const T* p) { return _mm512_loadu_ps(p); }
   static void store(T* p, R a) { _mm512_storeu_ps(p, a); }
   static R bcast(T s) { return _mm512_set1_ps(s); }
-  static R ro_sum(R x, R y) {
-    const R t = _mm512_add_ps(x, y);
-    const R bb = _mm512_sub_ps(t, x);
-    const R e = _mm512_add_ps(_mm512_sub_ps(x, _mm512_sub_ps(t, bb)), _mm512_sub_ps(y, bb));
-    const __m512i tu = _mm512_castps_si512(t);
-    const __m512i one = _mm512_set1_epi32(1);
-    const __m512i expo = _mm512_set1_epi32(0x7F800000);
-    const __mmask16 even = _mm512_testn_epi32_mask(tu, one);
-    const __mmask16 finite = _mm512_cmpneq_epi32_mask(_mm512_and_si512(tu, expo), expo);
-    const __mmask16 inexact = _mm512_cmp_ps_mask(e, _mm512_setzero_ps(), _CMP_NEQ_OQ);
-    const __mmask16 adjust = even & finite & inexact;
-    const __m512i same = _mm512_srai_epi32(_mm512_xor_si512(tu, _mm512_castps_si512(e)), 31);
-    const __m512i step = _mm512_or_si512(_mm512_andnot_si512(same, one), same);
-    return _mm512_castsi512_ps(_mm512_mask_add_epi32(tu, adjust, tu, step));
-  }
   static R half_round(R a) { return _mm512_cvtph_ps(_mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
-  // binary16 fma(a, b, c) (docs/numerics.md, "float16 accumulation, fast"): s = binary32 fma rounds the exact
-  // a*b + c once; rounding s to binary16 gives the right answer unless s is a binary16 midpoint or tiny
-  // (0 < |s| < 2^-14). Those lanes, rare, take the exact path (ro_sum: round-to-odd sum, then one rounding).
-  static __mmask16 hazard(R s) {
-    const __m512i u = _mm512_castps_si512(s);
-    const __mmask16 mid = _mm512_cmpeq_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x1FFF)),
-                                                  _mm512_set1_epi32(0x1000));
-    const __m512i mag1 = _mm512_sub_epi32(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(1));
-    return mid | _mm512_cmplt_epu32_mask(mag1, _mm512_set1_epi32(0x387FFFFF));  // |s| - 1ulp below 2^-14, not 0
-  }
-  // Out of line: the rare exact path must not cost the hot loop registers.
-  __attribute__((noinline, cold)) static R fma_hazard(R a, R b, R c, R s, __mmask16 h) {
-    return _mm512_mask_blend_ps(h, half_round(s), half_round(ro_sum(_mm512_mul_ps(a, b), c)));
+  // binary16 fma(a, b, c) and add(a, b) (docs/numerics.md, "float16 accumulation on AVX-512"): the exact
+  // result rounded to odd at binary32 precision, then once to binary16. Round-to-odd from the two directed
+  // roundings: they differ exactly when the result is inexact; the one nearer zero (smaller magnitude bits)
+  // is the truncation, and setting its last bit when inexact rounds to odd. No per-lane branch.
+  static R odd(R up, R dn) {
+    const __m512i rz = _mm512_min_epu32(_mm512_castps_si512(up), _mm512_castps_si512(dn));
+    const __mmask16 inexact = _mm512_cmp_ps_mask(up, dn, _CMP_NEQ_UQ);
+    return _mm512_castsi512_ps(_mm512_mask_or_epi32(rz, inexact, rz, _mm512_set1_epi32(1)));
   }
   static R fma(R a, R b, R c) {
-    const R s = _mm512_fmadd_ps(a, b, c);
-    const __mmask16 h = hazard(s);
-    if (__builtin_expect(h == 0, 1)) return half_round(s);
-    return fma_hazard(a, b, c, s, h);
+    return half_round(odd(_mm512_fmadd_round_ps(a, b, c, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC),
+                          _mm512_fmadd_round_ps(a, b, c, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)));
   }
-  static R add(R a, R b) { return half_round(ro_sum(a, b)); }
+  static R add(R a, R b) {
+    return half_round(odd(_mm512_add_round_ps(a, b, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC),
+                          _mm512_add_round_ps(a, b, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)));
+  }
   static R canon(R a) { return VF::canon(a); }
   using M = VF::M;
   static M lanes(int lo, int hi) { return VF::lanes(lo, hi); }
