@@ -45,6 +45,7 @@ CASES_2D_KERNELS = [
     ("1x1-wide", (2, 5, 5, 24), (1, 1, 24, 20), 1, 1, "VALID"),
     ("dw-chunks-s2", (3, 10, 25, 20), (3, 3, 1, 20), 2, 1, "SAME"),
     ("rows-of-14", (2, 5, 14, 20), (3, 3, 20, 24), 1, 1, "SAME"),  # 7-pixel blocks on AVX-512
+    ("wide-groups-dw", (3, 9, 10, 10), (3, 3, 10, 70), 1, 1, "SAME"),  # 6x4 dw tiles on AVX-512, 5 chunks
 ]
 
 # (name, x shape NDHWC, filter DHWIO, strides, dilations, padding (reference form))

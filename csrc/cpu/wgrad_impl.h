@@ -6,6 +6,18 @@ template <class V>
 struct WgradKernels : KernelBase<V> {
   DETCONV_KERNEL_BASE_NAMES
 
+  // A second dense dw tile shape for wide groups, where the ISA names one
+  // (V::kWideDw = {input channels, vectors of output channels}).
+  template <class W, class = void>
+  struct WideTile {
+    static constexpr int I = TI, W_ = NV;
+  };
+  template <class W>
+  struct WideTile<W, std::void_t<decltype(W::kWideDw)>> {
+    static constexpr int I = W::kWideDw[0], W_ = W::kWideDw[1];
+  };
+  static constexpr int WI = WideTile<V>::I, WW = WideTile<V>::W_;
+
   // Stores the first n (<= kLanes: only those) lanes of v to dst; tmp is scratch.
   static void store_lanes(T* dst, Vec v, i64 n, T* tmp) {
     if (n >= kLanes) {
@@ -60,37 +72,19 @@ struct WgradKernels : KernelBase<V> {
   }
 
   static constexpr i64 kAheadR = 8;  // dy pixels prefetched ahead in dw folds
-  // n positions of a dense dw tile on private accumulators (see micro()): x
-  // at xp, advancing xstep per position (0: the same +0s), dy at dyr, advancing Co.
-  template <int NI, int NW>
-  static inline __attribute__((always_inline)) void wgrad_dense_run(Vec (&acc)[NI][NW], const T* xp, i64 xstep,
-                                                                    const T* dyr, i64 Co, i64 n) {
-    Vec a[NI][NW];
-    for (int t = 0; t < NI; ++t)
-      for (int j = 0; j < NW; ++j) a[t][j] = acc[t][j];
-    for (i64 e = 0; e < n; ++e, xp += xstep, dyr += Co) {
-      __builtin_prefetch(dyr + kAheadR * Co);  // dy strides by whole pixels: ahead of the hardware
-      Vec dv[NW];
-      for (int j = 0; j < NW; ++j) dv[j] = V::load(dyr + j * kLanes);
-      for (int t = 0; t < NI; ++t) {
-        const Vec xv = V::bcast(xp[t]);
-        for (int j = 0; j < NW; ++j) a[t][j] = V::fma(xv, dv[j], a[t][j]);
-      }
-    }
-    for (int t = 0; t < NI; ++t)
-      for (int j = 0; j < NW; ++j) acc[t][j] = a[t][j];
-  }
 
-  // The r loop of one dense dw tile, one output row segment at a time: the
-  // positions whose column lies inside the row in one run, those in padding
-  // (+0, exactly as the forward pass) around it.
+  // The r loop of one dense dw tile, on private accumulators (see micro()),
+  // one output row segment at a time. Positions [lo, hi) of a segment meet a
+  // column inside the row; the others read +0 (padding, exactly as the
+  // forward pass): a pointer select per position, no bounds arithmetic.
   template <int NI, int NW>
   static inline __attribute__((always_inline)) void wgrad_dense_fold(Vec (&acc)[NI][NW], const ConvProblem& p,
                                                                      const Chunks& ch, i64 k, i64 kh, i64 kw,
                                                                      const Rows<T>& x, i64 xoff, const Rows<T>& dy,
                                                                      i64 dyoff, const T* zeros) {
+    Vec a[NI][NW];
     for (int t = 0; t < NI; ++t)
-      for (int j = 0; j < NW; ++j) acc[t][j] = V::zero();
+      for (int j = 0; j < NW; ++j) a[t][j] = V::zero();
     // r ascending; one division for the chunk, none per segment.
     i64 n, oh, ow;
     split_r(p, ch.begin(k), n, oh, ow);
@@ -98,18 +92,30 @@ struct WgradKernels : KernelBase<V> {
       const i64 seg = std::min(end - r, p.OW - ow);
       const i64 ih = fprop_in_row(p, oh, kh), iw0 = fprop_in_col(p, ow, kw);
       const T* dyr = dy.row(n * p.OH + oh) + ow * p.Co + dyoff;
-      i64 lo = seg, hi = seg;  // positions [lo, hi) meet a column inside the row
+      i64 lo = seg, hi = seg;
+      const T* xrow = zeros;
       if (ih >= 0 && ih < p.H) {
         lo = std::min(seg, iw0 >= 0 ? 0 : ceil_div(-iw0, p.sw));
         hi = std::max(lo, std::min(seg, p.W - 1 - iw0 < 0 ? 0 : (p.W - 1 - iw0) / p.sw + 1));
+        xrow = x.row(n * p.H + ih) + xoff;
       }
-      wgrad_dense_run<NI, NW>(acc, zeros, 0, dyr, p.Co, lo);
-      if (hi > lo)
-        wgrad_dense_run<NI, NW>(acc, x.row(n * p.H + ih) + xoff + (iw0 + lo * p.sw) * p.C, p.sw * p.C, dyr + lo * p.Co,
-                        p.Co, hi - lo);
-      wgrad_dense_run<NI, NW>(acc, zeros, 0, dyr + hi * p.Co, p.Co, seg - hi);
+      i64 xo = (iw0 + lo * p.sw) * p.C;  // offset of position lo's column
+      for (i64 e = 0; e < seg; ++e, dyr += p.Co) {
+        const bool in = e >= lo && e < hi;
+        const T* xp = in ? xrow + xo : zeros;
+        xo += in ? p.sw * p.C : 0;
+        __builtin_prefetch(dyr + kAheadR * p.Co);  // dy strides by whole pixels: ahead of the hardware
+        Vec dv[NW];
+        for (int j = 0; j < NW; ++j) dv[j] = V::load(dyr + j * kLanes);
+        for (int t = 0; t < NI; ++t) {
+          const Vec xv = V::bcast(xp[t]);
+          for (int j = 0; j < NW; ++j) a[t][j] = V::fma(xv, dv[j], a[t][j]);
+        }
+      }
       r += seg;
     }
+    for (int t = 0; t < NI; ++t)
+      for (int j = 0; j < NW; ++j) acc[t][j] = a[t][j];
   }
 
   // Dense: lanes over BW = NW vectors of output channels of one group, NI
@@ -331,6 +337,7 @@ struct WgradKernels : KernelBase<V> {
     if (dw33 && p.sw == 1) wgrad_dw33<1>(p, ch, x, dy, parts.data(), ex);
     else if (dw33 && p.sw == 2) wgrad_dw33<2>(p, ch, x, dy, parts.data(), ex);
     else if (p.Cg == 1 && p.Cog() < kLanes) wgrad_dw(p, ch, x, dy, parts.data(), ex);
+    else if (WI != TI && p.Cog() >= WW * kLanes) wgrad_dense<WI, WW>(p, ch, x, dy, parts.data(), ex);
     else wgrad_dense<TI, NV>(p, ch, x, dy, parts.data(), ex);
     combine(ch, F, parts.data(), dw, ex);
   }
