@@ -46,6 +46,7 @@ CASES_2D_KERNELS = [
     ("dw-chunks-s2", (3, 10, 25, 20), (3, 3, 1, 20), 2, 1, "SAME"),
     ("rows-of-14", (2, 5, 14, 20), (3, 3, 20, 24), 1, 1, "SAME"),  # 7-pixel blocks on AVX-512
     ("wide-groups-dw", (3, 9, 10, 10), (3, 3, 10, 70), 1, 1, "SAME"),  # 6x4 dw tiles on AVX-512, 5 chunks
+    ("wide-groups-dx", (2, 4, 19, 70), (3, 3, 70, 12), 1, 1, "SAME"),  # 4x4 dx tiles on AVX-512
 ]
 
 # (name, x shape NDHWC, filter DHWIO, strides, dilations, padding (reference form))
@@ -58,5 +59,6 @@ CASES_3D = [
     ("pointwise", (2, 3, 4, 5, 12), (1, 1, 1, 12, 10), 1, 1, "VALID"),
     ("temporal-only", (1, 8, 3, 4, 5), (4, 1, 1, 5, 3), (2, 1, 1), (1, 1, 1), ((2, 1), (0, 0), (0, 0))),
     ("wide-rows", (1, 3, 4, 23, 16), (3, 3, 3, 16, 16), 1, 1, "SAME"),
+    ("wide-groups", (1, 3, 4, 6, 66), (3, 3, 3, 66, 8), 1, 1, "SAME"),  # 4x4 dx tiles on AVX-512
 ]
 

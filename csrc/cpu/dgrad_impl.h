@@ -90,8 +90,9 @@ struct DgradKernels : KernelBase<V> {
 
   // Dense: lanes over BW input channels i of one group. Also every 3-D
   // problem's dx (any group size): depth is folded outermost, (kd, kh, kw, o).
-  template <int NP>
+  template <int NP, int NW = NV>
   static void dgrad_dense(const ConvProblem& p, const Rows<T>& dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
+    constexpr int BW = kLanes * NW;
     const i64 cog = p.Cog(), nb = ceil_div(p.Cg, BW), taps = p.taps();
     // wt[g][b][tap][o_local][BW] = f[tap, b*BW + lane, g*cog + o_local], tap = (kd*KH + kh)*KW + kw
     std::vector<T> wt(p.G * nb * taps * cog * BW);
@@ -147,9 +148,9 @@ struct DgradKernels : KernelBase<V> {
           }
           tc.any = some;
         }
-        Vec acc[NP][NV];
+        Vec acc[NP][NW];
         for (int q = 0; q < NP; ++q)
-          for (int j = 0; j < NV; ++j) acc[q][j] = V::zero();
+          for (int j = 0; j < NW; ++j) acc[q][j] = V::zero();
         for (i64 kd = 0; kd < p.KD; ++kd) {
           const i64 od = dgrad_out_dep(p, id, kd);
           if (od < 0) continue;
@@ -165,16 +166,16 @@ struct DgradKernels : KernelBase<V> {
               // Same micro-kernel as the forward pass, over o_local instead of i.
               if (tc.all) {
                 for (int q = 0; q < NP; ++q) dp[q] = row + (tc.ow0 + q) * p.Co;
-                micro(acc, dp, wrow + kw * cog * BW, cog);
+                Base::template micro<NP, NW>(acc, dp, wrow + kw * cog * BW, cog);
               } else {
                 for (int q = 0; q < NP; ++q) dp[q] = tc.on[q] ? row + (tc.ow0 + q) * p.Co : zeros.data();
-                micro_masked(acc, dp, tc.on, wrow + kw * cog * BW, cog);
+                Base::template micro_masked<NP, NW>(acc, dp, tc.on, wrow + kw * cog * BW, cog);
               }
             }
           }
         }
         for (int q = 0; q < NP; ++q)
-          for (int j = 0; j < NV; ++j) {
+          for (int j = 0; j < NW; ++j) {
             if (iw[q] < 0 || q < store_from) continue;
             const i64 i0 = b * BW + j * kLanes;
             put_lanes(dx, acc[q][j], xs.at5(n, id, ih, iw[q], g * p.Cg + i0), xs.c, p.Cg - i0);
@@ -440,9 +441,15 @@ struct DgradKernels : KernelBase<V> {
     });
   }
 
+  // The ISA's wide input-gradient tile (DXP pixels x DXW vectors), for groups that fill its vectors.
+  static constexpr int DXP = Base::kWide ? Base::WideTile::kDx[0] : Base::PF;
+  static constexpr int DXW = Base::kWide ? Base::WideTile::kDx[1] : NV;
+  static bool wide_dx(const ConvProblem& p) { return Base::kWide && p.Cg >= DXW * kLanes; }
+
   static void dgrad(const ConvProblem& p, const Rows<T>& dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
     if (p.D != 1 || p.KD != 1) {  // three spatial dimensions: the depth-aware kernel
-      dgrad_dense<Base::PF>(p, dy, f, dx, ex);
+      if (wide_dx(p)) dgrad_dense<DXP, DXW>(p, dy, f, dx, ex);
+      else dgrad_dense<Base::PF>(p, dy, f, dx, ex);
       return;
     }
     // Pixel lanes when channel lanes would be mostly empty (but not depthwise with many groups).
@@ -461,6 +468,8 @@ struct DgradKernels : KernelBase<V> {
     }
     // Measured (AVX-512): PF 8 vs PW 6, dx geomean 0.71 -> 0.83 of oneDNN; rows of 7, 14 or 28 in whole blocks of 7.
     if (Base::PF == 8 && p.W % 8 != 0 && p.W % 7 == 0 && p.sw == 1) dgrad_dense<7>(p, dy, f, dx, ex);
+    else if (wide_dx(p) && ceil_div(p.W, DXP) * DXP - p.W < ceil_div(p.W, Base::PF) * Base::PF - p.W)
+      dgrad_dense<DXP, DXW>(p, dy, f, dx, ex);  // less waste at the row's end
     else dgrad_dense<Base::PF>(p, dy, f, dx, ex);
   }
 

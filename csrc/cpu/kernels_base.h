@@ -33,8 +33,24 @@ struct PaddedRuns {
   }
 };
 
+// Tile shapes an ISA names for wide groups (V::Wide; only the AVX-512
+// float32 path, with 32 registers, has them).
+template <class V, class = void>
+struct WideTiles {
+  static constexpr bool present = false;
+  struct None { static constexpr int kDw[2] = {0, 0}, kDx[2] = {0, 0}; };
+  using Tile = None;
+};
+template <class V>
+struct WideTiles<V, std::void_t<typename V::Wide>> {
+  static constexpr bool present = true;
+  using Tile = typename V::Wide;
+};
+
 template <class V>
 struct KernelBase {
+  static constexpr bool kWide = WideTiles<V>::present;
+  using WideTile = typename WideTiles<V>::Tile;
   using T = typename V::T;
   using Vec = typename V::R;
   static constexpr int kLanes = V::L, PW = V::kPW, NV = V::kNV, BW = kLanes * NV;

@@ -6,9 +6,13 @@ struct VF {
   using R = __m512;
   static constexpr int L = 16, kPW = 6, kNV = 2, kTI = 8;  // 12 accumulators (dense dw tiles: 16) of 32 registers
   static constexpr int kPF = 8;  // dense forward blocks: 16 accumulators (measured: 3x3 56x56x64 0.74 -> 0.90 of oneDNN)
-  // Dense dw tiles for 64+ output channels per group: 6 input x 4 vectors of output channels, 24
-  // accumulators (measured: 1x1 7x7 2048->512 dw 4.45 -> 3.90 ms, 3x3 14x14 256->256 6.6-7.1 -> 6.3 ms).
-  static constexpr int kWideDw[2] = {6, 4};
+  // Tiles for 64+ channels per group (4 vectors). Filter gradient: 6 input channels x 4 vectors of output
+  // channels, 24 accumulators (measured: 1x1 7x7 2048->512 dw 4.45 -> 3.90 ms, 3x3 14x14 256->256 6.6-7.1 ->
+  // 6.3 ms). Input gradient: 4 pixels x 4 vectors (C3D block dx 0.86-0.88 -> 0.90-0.92 of oneDNN; rows whose
+  // width wastes less in blocks of 4, e.g. 19: Xception dx 11.2 -> 10.2 ms).
+  struct Wide {
+    static constexpr int kDw[2] = {6, 4}, kDx[2] = {4, 4};
+  };
   static R zero() { return _mm512_setzero_ps(); }
   static R load(const T* p) { return _mm512_loadu_ps(p); }
   static void store(T* p, R a) { _mm512_storeu_ps(p, a); }

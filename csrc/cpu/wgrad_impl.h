@@ -6,17 +6,8 @@ template <class V>
 struct WgradKernels : KernelBase<V> {
   DETCONV_KERNEL_BASE_NAMES
 
-  // A second dense dw tile shape for wide groups, where the ISA names one
-  // (V::kWideDw = {input channels, vectors of output channels}).
-  template <class W, class = void>
-  struct WideTile {
-    static constexpr int I = TI, W_ = NV;
-  };
-  template <class W>
-  struct WideTile<W, std::void_t<decltype(W::kWideDw)>> {
-    static constexpr int I = W::kWideDw[0], W_ = W::kWideDw[1];
-  };
-  static constexpr int WI = WideTile<V>::I, WW = WideTile<V>::W_;
+  // A second dense dw tile shape for wide groups, where the ISA names one.
+  static constexpr int WI = Base::kWide ? Base::WideTile::kDw[0] : TI, WW = Base::kWide ? Base::WideTile::kDw[1] : NV;
 
   // Stores the first n (<= kLanes: only those) lanes of v to dst; tmp is scratch.
   static void store_lanes(T* dst, Vec v, i64 n, T* tmp) {
@@ -337,7 +328,7 @@ struct WgradKernels : KernelBase<V> {
     if (dw33 && p.sw == 1) wgrad_dw33<1>(p, ch, x, dy, parts.data(), ex);
     else if (dw33 && p.sw == 2) wgrad_dw33<2>(p, ch, x, dy, parts.data(), ex);
     else if (p.Cg == 1 && p.Cog() < kLanes) wgrad_dw(p, ch, x, dy, parts.data(), ex);
-    else if (WI != TI && p.Cog() >= WW * kLanes) wgrad_dense<WI, WW>(p, ch, x, dy, parts.data(), ex);
+    else if (Base::kWide && p.Cog() >= WW * kLanes) wgrad_dense<WI, WW>(p, ch, x, dy, parts.data(), ex);
     else wgrad_dense<TI, NV>(p, ch, x, dy, parts.data(), ex);
     combine(ch, F, parts.data(), dw, ex);
   }
