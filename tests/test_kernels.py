@@ -319,11 +319,21 @@ def test_padded_runs_in_one_fma(rng, case, dtype, accumulation):
     u = want.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[want.itemsize])
     assert (u == 0).any() and (u == 1 << (8 * want.itemsize - 1)).any(), "outputs should hold +0 and -0"
     assert np.isnan(want.astype(np.float64)).any()
+    # The filter gradient's padded positions (x = +0) fold as one fma per run too, weighted by the run's dy:
+    # dy is tiny with an inf and a NaN at a corner and a negative-only channel.
+    wgrad_k, wgrad_r = ((K.conv3d_backprop_filter, ref.conv3d_backprop_filter) if len(x_shape) == 5 else
+                        (K.conv2d_backprop_filter, ref.conv2d_backprop_filter))
+    dy = _padded_run_operands(rng, want.shape, (1,) * (len(x_shape) - 2) + want.shape[-1:] * 2, dtype)[0]
+    dy[(0,) * (len(x_shape) - 1) + (1,)] = np.inf
+    dy[(-1,) * (len(x_shape) - 1) + (2,)] = np.nan
+    dy[..., 0] = -np.abs(dy[..., 0])
+    want_dw = wgrad_r(x, dy, f.shape, **a)
     before = K.cpu_isa()
     try:
         for isa in _isas():
             K.set_cpu_isa(isa)
             assert_bits_equal(conv_k(x, f, **a), want, f"{isa} forward")
+            assert_bits_equal(wgrad_k(x, dy, f.shape, **a), want_dw, f"{isa} filter gradient")
     finally:
         K.set_cpu_isa(before)
 

@@ -64,15 +64,27 @@ struct WgradKernels : KernelBase<V> {
 
   static constexpr i64 kAheadR = 8;  // dy pixels prefetched ahead in dw folds
 
+  // A run of n positions whose x is +0 (padding) applies fma(+0, dy, acc) to
+  // every accumulator of a tile. Its effect on each is one fma(+0, z, acc),
+  // with z the run's own fold of fma(+0, dy, .) from -0: z is NaN if some dy
+  // is inf or NaN, else +0 if some dy has sign bit 0, else -0 (numerics.md,
+  // "Padded taps in one fma"). NW fmas per position instead of NI*NW.
+  template <int NW>
+  static inline __attribute__((always_inline)) void padded_run_weight(Vec (&z)[NW], const T* dyr, i64 Co, i64 n) {
+    for (int j = 0; j < NW; ++j) z[j] = V::bcast(T(-0.0));
+    for (i64 e = 0; e < n; ++e)
+      for (int j = 0; j < NW; ++j) z[j] = V::fma(V::zero(), V::load(dyr + e * Co + j * kLanes), z[j]);
+  }
+
   // The r loop of one dense dw tile, on private accumulators (see micro()),
   // one output row segment at a time. Positions [lo, hi) of a segment meet a
-  // column inside the row; the others read +0 (padding, exactly as the
-  // forward pass): a pointer select per position, no bounds arithmetic.
+  // column inside the row; the runs before and after them (and whole padded
+  // rows) read +0 and take one fma each (padded_run_weight).
   template <int NI, int NW>
   static inline __attribute__((always_inline)) void wgrad_dense_fold(Vec (&acc)[NI][NW], const ConvProblem& p,
                                                                      const Chunks& ch, i64 k, i64 kh, i64 kw,
                                                                      const Rows<T>& x, i64 xoff, const Rows<T>& dy,
-                                                                     i64 dyoff, const T* zeros) {
+                                                                     i64 dyoff) {
     Vec a[NI][NW];
     for (int t = 0; t < NI; ++t)
       for (int j = 0; j < NW; ++j) a[t][j] = V::zero();
@@ -84,23 +96,30 @@ struct WgradKernels : KernelBase<V> {
       const i64 ih = fprop_in_row(p, oh, kh), iw0 = fprop_in_col(p, ow, kw);
       const T* dyr = dy.row(n * p.OH + oh) + ow * p.Co + dyoff;
       i64 lo = seg, hi = seg;
-      const T* xrow = zeros;
       if (ih >= 0 && ih < p.H) {
         lo = std::min(seg, iw0 >= 0 ? 0 : ceil_div(-iw0, p.sw));
         hi = std::max(lo, std::min(seg, p.W - 1 - iw0 < 0 ? 0 : (p.W - 1 - iw0) / p.sw + 1));
-        xrow = x.row(n * p.H + ih) + xoff;
       }
-      i64 xo = (iw0 + lo * p.sw) * p.C;  // offset of position lo's column
-      for (i64 e = 0; e < seg; ++e, dyr += p.Co) {
-        const bool in = e >= lo && e < hi;
-        const T* xp = in ? xrow + xo : zeros;
-        xo += in ? p.sw * p.C : 0;
-        __builtin_prefetch(dyr + kAheadR * p.Co);  // dy strides by whole pixels: ahead of the hardware
-        Vec dv[NW];
-        for (int j = 0; j < NW; ++j) dv[j] = V::load(dyr + j * kLanes);
-        for (int t = 0; t < NI; ++t) {
-          const Vec xv = V::bcast(xp[t]);
-          for (int j = 0; j < NW; ++j) a[t][j] = V::fma(xv, dv[j], a[t][j]);
+      for (int part = 0; part < 2; ++part) {  // the padded run before [lo, hi), then [lo, hi), then the run after
+        const i64 p0 = part == 0 ? 0 : hi, p1 = part == 0 ? lo : seg;
+        if (part == 1 && hi > lo) {
+          const T* xp = x.row(n * p.H + ih) + xoff + (iw0 + lo * p.sw) * p.C;
+          const T* d = dyr + lo * p.Co;
+          for (i64 e = lo; e < hi; ++e, xp += p.sw * p.C, d += p.Co) {
+            __builtin_prefetch(d + kAheadR * p.Co);  // dy strides by whole pixels: ahead of the hardware
+            Vec dv[NW];
+            for (int j = 0; j < NW; ++j) dv[j] = V::load(d + j * kLanes);
+            for (int t = 0; t < NI; ++t) {
+              const Vec xv = V::bcast(xp[t]);
+              for (int j = 0; j < NW; ++j) a[t][j] = V::fma(xv, dv[j], a[t][j]);
+            }
+          }
+        }
+        if (p1 > p0) {
+          Vec z[NW];
+          padded_run_weight<NW>(z, dyr + p0 * p.Co, p.Co, p1 - p0);
+          for (int t = 0; t < NI; ++t)
+            for (int j = 0; j < NW; ++j) a[t][j] = V::fma(V::zero(), z[j], a[t][j]);
         }
       }
       r += seg;
@@ -117,7 +136,6 @@ struct WgradKernels : KernelBase<V> {
                           const CpuExecutor& ex) {
     constexpr int BW = kLanes * NW;
     const i64 cog = p.Cog(), nb = ceil_div(cog, BW), ib = ceil_div(p.Cg, NI), F = p.filter_elems();
-    const std::vector<T> zeros(NI + kPad, T(0));
     const i64 units = ch.P * p.G * nb * p.KH * p.KW * ib;
     ex.parallel_for(units, ch.L * NI * BW, [&](i64 u0, i64 u1) {
       FpEnvGuard guard;
@@ -147,7 +165,7 @@ struct WgradKernels : KernelBase<V> {
         }
         const i64 i0 = bi * NI, o0 = g * cog + b * BW;
         Vec acc[NI][NW];
-        wgrad_dense_fold<NI, NW>(acc, p, ch, k, kh, kw, x, g * p.Cg + i0, dy, o0, zeros.data());
+        wgrad_dense_fold<NI, NW>(acc, p, ch, k, kh, kw, x, g * p.Cg + i0, dy, o0);
         for (int t = 0; t < NI; ++t)
           for (int j = 0; j < NW; ++j) {
             if (i0 + t >= p.Cg) continue;
