@@ -27,6 +27,8 @@ CASES_2D = [
     ("wide-row-dw-s1", (1, 5, 21, 12), (3, 3, 1, 12), 1, 1, "SAME"),
     # Depthwise 3x3 filter gradients whose chunks start mid-row (and padding on one side only).
     ("dw-chunks-s2", (3, 10, 25, 20), (3, 3, 1, 20), 2, 1, "SAME"),
+    ("dw-s2-even", (2, 6, 24, 18), (3, 3, 1, 18), 2, 1, "SAME"),  # pads right only: left taps unreached
+    ("dw-s2-explicit", (1, 7, 21, 17), (3, 3, 1, 17), 2, 1, ((1, 2), (2, 3))),
     ("dw-chunks-explicit", (2, 9, 40, 18), (3, 3, 1, 18), 1, 1, ((0, 2), (2, 0))),
     # Input gradients with pixel lanes (few channels per group): whole interior blocks and border masks.
     ("wide-row-s2-c3", (1, 5, 150, 3), (7, 7, 3, 8), 2, 1, "SAME"),
@@ -44,6 +46,7 @@ CASES_2D_KERNELS = [
     ("depthwise-d2", (1, 9, 10, 5), (3, 3, 1, 5), 1, 2, "VALID"),
     ("1x1-wide", (2, 5, 5, 24), (1, 1, 24, 20), 1, 1, "VALID"),
     ("dw-chunks-s2", (3, 10, 25, 20), (3, 3, 1, 20), 2, 1, "SAME"),
+    ("dw-s2-even", (2, 6, 24, 18), (3, 3, 1, 18), 2, 1, "SAME"),
     ("rows-of-14", (2, 5, 14, 20), (3, 3, 20, 24), 1, 1, "SAME"),  # 7-pixel blocks on AVX-512
     ("wide-groups-dw", (3, 9, 10, 10), (3, 3, 10, 70), 1, 1, "SAME"),  # 6x4 dw tiles on AVX-512, 5 chunks
     ("wide-groups-dx", (2, 4, 19, 70), (3, 3, 70, 12), 1, 1, "SAME"),  # 4x4 dx tiles on AVX-512
