@@ -467,7 +467,7 @@ struct DgradKernels : KernelBase<V> {
       return;
     }
     // Measured (AVX-512): PF 8 vs PW 6, dx geomean 0.71 -> 0.83 of oneDNN; rows of 7, 14 or 28 in whole blocks of 7.
-    if (Base::PF == 8 && p.W % 8 != 0 && p.W % 7 == 0 && p.sw == 1) dgrad_dense<7>(p, dy, f, dx, ex);
+    if (Base::sevens(p.W) && p.sw == 1) dgrad_dense<7>(p, dy, f, dx, ex);
     else if (wide_dx(p) && ceil_div(p.W, DXP) * DXP - p.W < ceil_div(p.W, Base::PF) * Base::PF - p.W)
       dgrad_dense<DXP, DXW>(p, dy, f, dx, ex);  // less waste at the row's end
     else dgrad_dense<Base::PF>(p, dy, f, dx, ex);

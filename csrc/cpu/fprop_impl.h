@@ -6,7 +6,7 @@ template <class V>
 struct FpropKernels : KernelBase<V> {
   DETCONV_KERNEL_BASE_NAMES
 
-  // Dense: lanes over BF output channels of one group, PW output pixels of a row.
+  // Dense: lanes over BF output channels of one group, NP output pixels of a row.
   template <int NP, int NW>
   static void fprop_dense(const ConvProblem& p, const Rows<T>& x, const T* f, const T* bias, const OutSpec& y,
                           const CpuExecutor& ex) {
@@ -23,9 +23,9 @@ struct FpropKernels : KernelBase<V> {
       FpEnvGuard guard;
       for (i64 u = u0; u < u1; ++u) {
         const i64 gb = u / p.KH, kh = u % p.KH, g = gb / nb, b = gb % nb;
-        PaddedRuns<BF> row;
+        PaddedRuns<T, BF> row;
         for (i64 kw = 0; kw < p.KW; ++kw) {
-          PaddedRuns<BF> tap;
+          PaddedRuns<T, BF> tap;
           const i64 t0 = (kh * p.KW + kw) * p.Cg;
           for (i64 t = t0; t < t0 + p.Cg; ++t) {
             T* dst = wp.data() + (gb * taps + t) * BF;
@@ -56,7 +56,7 @@ struct FpropKernels : KernelBase<V> {
     // unchanged). Measured on AVX-512: 3x3 56x56x64 0.75 -> 0.94 of oneDNN in
     // registers, 3x3 7x7x512 (590 KiB per block) 0.49 -> 0.58 with the tile.
     const i64 owb = ceil_div(p.OW, NP), units = p.N * p.OH * p.G * nb;
-    const bool tap_outer = p.Cg >= 16 && p.KH * p.KW > 1 && taps * BF * i64(sizeof(T)) > (i64(512) << 10);
+    const bool tap_outer = p.Cg >= 16 && p.KH * p.KW > 1 && taps * BF * i64(sizeof(T)) > Base::kFilterL2Bytes;
     // Consecutive units share the input rows of one output row (channel blocks
     // innermost) or, when the filter outgrows the cache and a channel block's
     // share of it outweighs the rows, one channel block's filter (rows
@@ -375,9 +375,9 @@ struct FpropKernels : KernelBase<V> {
       else if (k3 && p.sw == 2) fprop_dw<6, 1, 2>(p, x, f, bias, y, ex);
       else fprop_dw<PW, NV, 0>(p, x, f, bias, y, ex);
     } else if (p.KH == 1 && p.KW == 1 && p.sh == 1 && p.sw == 1 && p.pt == 0 && p.pl == 0 && p.OH == p.H &&
-               p.OW == p.W && p.G == 1 && p.filter_elems() * i64(sizeof(T)) > (i64(512) << 10)) {
+               p.OW == p.W && p.G == 1 && p.filter_elems() * i64(sizeof(T)) > Base::kFilterL2Bytes) {
       fprop_1x1<Base::PF, NV>(p, x, f, bias, y, ex);
-    } else if (Base::PF == 8 && p.OW % 8 != 0 && p.OW % 7 == 0) {
+    } else if (Base::sevens(p.OW)) {
       fprop_dense<7, NV>(p, x, f, bias, y, ex);  // 7x7, 14x14, 28x28: whole blocks (measured: 3x3 7x7x512 +12%)
     } else {
       fprop_dense<Base::PF, NV>(p, x, f, bias, y, ex);

@@ -17,19 +17,17 @@
 
 // PaddedRun (detconv/numerics.h) for BF lanes at once, gathered while a
 // filter is packed: add() one packed row of BF values per fold step.
-template <int BF>
+template <class T, int BF>
 struct PaddedRuns {
-  PaddedRun lane[BF];
-  template <class T>
+  PaddedRun<T> lane[BF];
   void add(const T* w) {
     for (int l = 0; l < BF; ++l) lane[l].add(w[l]);
   }
   void merge(const PaddedRuns& o) {
     for (int l = 0; l < BF; ++l) lane[l].merge(o.lane[l]);
   }
-  template <class T>
   void weights(T* out) const {
-    for (int l = 0; l < BF; ++l) out[l] = lane[l].template weight<T>();
+    for (int l = 0; l < BF; ++l) out[l] = lane[l].weight();
   }
 };
 
@@ -56,6 +54,11 @@ struct KernelBase {
   static constexpr int kLanes = V::L, PW = V::kPW, NV = V::kNV, BW = kLanes * NV;
   static constexpr int TI = V::kTI;  // input channels per dense dw register tile
   static constexpr int PF = V::kPF;  // output pixels per dense forward register block
+  // Packed filters past this many bytes no longer stream well from L2 (per channel block: the forward
+  // pass's memory tile; a whole 1x1 filter: its GEMM path).
+  static constexpr i64 kFilterL2Bytes = i64(512) << 10;
+  // Rows of 7, 14 or 28 pixels (not a multiple of 8) fit whole 7-pixel blocks where blocks are 8 wide.
+  static constexpr bool sevens(i64 width) { return PF == 8 && width % 8 != 0 && width % 7 == 0; }
 
   // Writes lanes [0, n) of a vector block to out.put(base + lane*stride).
   // v by value: taking an accumulator's address would pin it to memory and spill in the hot loop.

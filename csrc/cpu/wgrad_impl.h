@@ -66,20 +66,23 @@ struct WgradKernels : KernelBase<V> {
 
   // A run of n positions whose x is +0 (padding) applies fma(+0, dy, acc) to
   // every accumulator of a tile. Its effect on each is one fma(+0, z, acc),
-  // with z the run's own fold of fma(+0, dy, .) from -0: z is NaN if some dy
-  // is inf or NaN, else +0 if some dy has sign bit 0, else -0 (numerics.md,
-  // "Padded taps in one fma"). NW fmas per position instead of NI*NW.
-  template <int NW>
-  static inline __attribute__((always_inline)) void padded_run_weight(Vec (&z)[NW], const T* dyr, i64 Co, i64 n) {
+  // z the run's own fold of fma(+0, dy, .) from -0 (PaddedRun in
+  // detconv/numerics.h, in vectors): NW fmas per position instead of NI*NW.
+  template <int NI, int NW>
+  static inline __attribute__((always_inline)) void fold_padded_run(Vec (&a)[NI][NW], const T* dyr, i64 Co, i64 n) {
+    if (n <= 0) return;
+    Vec z[NW];
     for (int j = 0; j < NW; ++j) z[j] = V::bcast(T(-0.0));
     for (i64 e = 0; e < n; ++e)
       for (int j = 0; j < NW; ++j) z[j] = V::fma(V::zero(), V::load(dyr + e * Co + j * kLanes), z[j]);
+    for (int t = 0; t < NI; ++t)
+      for (int j = 0; j < NW; ++j) a[t][j] = V::fma(V::zero(), z[j], a[t][j]);
   }
 
   // The r loop of one dense dw tile, on private accumulators (see micro()),
   // one output row segment at a time. Positions [lo, hi) of a segment meet a
   // column inside the row; the runs before and after them (and whole padded
-  // rows) read +0 and take one fma each (padded_run_weight).
+  // rows) read +0 and take one fma each (fold_padded_run).
   template <int NI, int NW>
   static inline __attribute__((always_inline)) void wgrad_dense_fold(Vec (&acc)[NI][NW], const ConvProblem& p,
                                                                      const Chunks& ch, i64 k, i64 kh, i64 kw,
@@ -100,28 +103,21 @@ struct WgradKernels : KernelBase<V> {
         lo = std::min(seg, iw0 >= 0 ? 0 : ceil_div(-iw0, p.sw));
         hi = std::max(lo, std::min(seg, p.W - 1 - iw0 < 0 ? 0 : (p.W - 1 - iw0) / p.sw + 1));
       }
-      for (int part = 0; part < 2; ++part) {  // the padded run before [lo, hi), then [lo, hi), then the run after
-        const i64 p0 = part == 0 ? 0 : hi, p1 = part == 0 ? lo : seg;
-        if (part == 1 && hi > lo) {
-          const T* xp = x.row(n * p.H + ih) + xoff + (iw0 + lo * p.sw) * p.C;
-          const T* d = dyr + lo * p.Co;
-          for (i64 e = lo; e < hi; ++e, xp += p.sw * p.C, d += p.Co) {
-            __builtin_prefetch(d + kAheadR * p.Co);  // dy strides by whole pixels: ahead of the hardware
-            Vec dv[NW];
-            for (int j = 0; j < NW; ++j) dv[j] = V::load(d + j * kLanes);
-            for (int t = 0; t < NI; ++t) {
-              const Vec xv = V::bcast(xp[t]);
-              for (int j = 0; j < NW; ++j) a[t][j] = V::fma(xv, dv[j], a[t][j]);
-            }
+      fold_padded_run<NI, NW>(a, dyr, p.Co, lo);  // the run before [lo, hi) (a padded row: all of it)
+      if (hi > lo) {
+        const T* xp = x.row(n * p.H + ih) + xoff + (iw0 + lo * p.sw) * p.C;
+        const T* d = dyr + lo * p.Co;
+        for (i64 e = lo; e < hi; ++e, xp += p.sw * p.C, d += p.Co) {
+          __builtin_prefetch(d + kAheadR * p.Co);  // dy strides by whole pixels: ahead of the hardware
+          Vec dv[NW];
+          for (int j = 0; j < NW; ++j) dv[j] = V::load(d + j * kLanes);
+          for (int t = 0; t < NI; ++t) {
+            const Vec xv = V::bcast(xp[t]);
+            for (int j = 0; j < NW; ++j) a[t][j] = V::fma(xv, dv[j], a[t][j]);
           }
         }
-        if (p1 > p0) {
-          Vec z[NW];
-          padded_run_weight<NW>(z, dyr + p0 * p.Co, p.Co, p1 - p0);
-          for (int t = 0; t < NI; ++t)
-            for (int j = 0; j < NW; ++j) a[t][j] = V::fma(V::zero(), z[j], a[t][j]);
-        }
       }
+      fold_padded_run<NI, NW>(a, dyr + hi * p.Co, p.Co, seg - hi);  // the run after
       r += seg;
     }
     for (int t = 0; t < NI; ++t)

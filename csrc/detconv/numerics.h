@@ -71,31 +71,20 @@ DC_HD double canon64(double d) { return d != d ? bits_f64(kCanonNaN64) : d; }
 // ------------------------------------------------------ padded taps, exactly
 // A run of padded taps folds fma(+0, f_k, acc) for its filter values f_k.
 // +0·f_k is ±0 for finite f_k and NaN otherwise, and acc + ±0 is acc except
-// that −0 + +0 = +0; so the run equals ONE fma(+0, w, acc) with
-//   w = NaN  if some f_k is inf or NaN,
-//   w = +1   else if some f_k has sign bit 0 (its +0 product turns −0 into +0),
-//   w = −1   else (every product is −0: acc keeps its bits).
+// that −0 + +0 = +0; so the run equals ONE fma(+0, z, acc), with z the run's
+// own fold from −0: z = fma(+0, f_k, z) gives
+//   z = NaN  if some f_k is inf or NaN,
+//   z = +0   else if some f_k has sign bit 0 (its +0 product turns −0 into +0),
+//   z = −0   else (every product is −0: acc keeps its bits).
 // Bit for bit, in every accumulation (binary16 included: ±0 and acc are
-// binary16 values). docs/numerics.md, "Padded taps in one fma".
+// binary16 values). docs/numerics.md, "Padded taps in one fma". The filter
+// gradient folds z the same way in vectors, over dy (wgrad_impl.h).
+template <class T>
 struct PaddedRun {
-  bool nonfinite = false, positive = false;
-  template <class T>
-  DC_HD void add(T f) {
-    nonfinite |= !(f - f == T(0));
-    positive |= !std::signbit(f);
-  }
-  DC_HD void merge(const PaddedRun& o) {
-    nonfinite |= o.nonfinite;
-    positive |= o.positive;
-  }
-  template <class T>
-  DC_HD T weight() const {
-    if (nonfinite) {
-      if constexpr (sizeof(T) == 8) return bits_f64(kCanonNaN64);
-      else return bits_f32(kCanonNaN32);
-    }
-    return positive ? T(1) : T(-1);
-  }
+  T z = T(-0.0);
+  DC_HD void add(T f) { z = std::fma(T(0), f, z); }
+  DC_HD void merge(const PaddedRun& o) { add(o.z); }  // o.z stands for o's run
+  DC_HD T weight() const { return z; }
 };
 
 // ------------------------------------------------- exact binary16 arithmetic
