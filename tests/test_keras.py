@@ -415,15 +415,21 @@ def _all_layers_model(rng):
     return model
 
 
+def _keras_round_trip(model, x, path, float32_layer, label):
+    """Saves model as .keras and loads it: same layer classes, the named layer keeps accumulation="float32",
+    same bits on x. Returns the loaded model."""
+    model.save(str(path))
+    loaded = keras.models.load_model(str(path))
+    assert [type(layer) for layer in loaded.layers] == [type(layer) for layer in model.layers]
+    assert loaded.get_layer(float32_layer).accumulation == "float32"
+    assert_bits_equal(loaded(x), model(x), label)
+    return loaded
+
+
 def test_keras_file_round_trip(tmp_path, rng):
     model = _all_layers_model(rng)
     x = rng.standard_normal((2, 10, 10, 4)).astype(np.float32)
-    path = str(tmp_path / "m.keras")
-    model.save(path)
-    loaded = keras.models.load_model(path)
-    assert [type(layer) for layer in loaded.layers] == [type(layer) for layer in model.layers]
-    assert loaded.get_layer("dw").accumulation == "float32"
-    assert_bits_equal(loaded(x), model(x), ".keras round trip")
+    loaded = _keras_round_trip(model, x, tmp_path / "m.keras", "dw", ".keras round trip")
     assert_bits_equal(loaded.predict(x, verbose=0), model(x), ".keras predict")
 
 
@@ -652,12 +658,7 @@ def test_3d_layers_keras_file_and_saved_model(tmp_path, rng):
     for layer in model.layers:
         _randomize(layer, rng)
     x = rng.standard_normal((2, 4, 6, 6, 2)).astype(np.float32)
-    path = str(tmp_path / "m3.keras")
-    model.save(path)
-    loaded = keras.models.load_model(path)
-    assert [type(layer) for layer in loaded.layers] == [type(layer) for layer in model.layers]
-    assert loaded.get_layer("c3d").accumulation == "float32"
-    assert_bits_equal(loaded(x), model(x), ".keras round trip (3-D)")
+    _keras_round_trip(model, x, tmp_path / "m3.keras", "c3d", ".keras round trip (3-D)")
     model.export(str(tmp_path / "sm3"), verbose=False)
     served = tf.saved_model.load(str(tmp_path / "sm3"))
     assert_bits_equal(served.serve(x), model(x), "SavedModel (3-D)")
