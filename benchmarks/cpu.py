@@ -2,12 +2,16 @@
 
 Both run in this one process with the same intra-op thread count: forward,
 input gradient and filter gradient, each timed as the median of several runs
-after warm-up. ratio = tf time / detconv time (> 1: detconv is faster); the
-table ends with the geometric mean of the ratios.
+after warm-up, the two sides' runs interleaved (so a noisy neighbour or a
+clock change hits both alike). ratio = peer time / detconv time (> 1: detconv
+is faster); the table ends with the geometric mean of the ratios. The peer is
+tf.nn, or with --peer float32 detconv itself on float32 tensors (the 16-bit
+goals: float16 inputs at >= 0.9x, native float16 accumulation at >= 0.2x).
 
     python benchmarks/cpu.py                 # full run, batch 8, float32
     python benchmarks/cpu.py --quick         # three layers (< 1 min)
     python benchmarks/cpu.py --dtype float16 --accumulation float16 --passes fwd
+    python benchmarks/cpu.py --dtype float16 --peer float32   # 16-bit inputs against our float32
     detconv bench ...                        # the same, from a source checkout
 """
 
@@ -48,6 +52,8 @@ def _parse_args(argv):
     p.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16", "float64"))
     p.add_argument("--accumulation", default=None, choices=("float32", "float16"),
                    help="detconv's accumulation (float16 only with --dtype float16); stock TF has no such option")
+    p.add_argument("--peer", default="tf", choices=("tf", "float32"),
+                   help="what detconv is timed against: tf.nn (default) or detconv on float32 tensors")
     p.add_argument("--passes", default=",".join(PASSES), help="comma list of fwd, dx, dw (default: all)")
     p.add_argument("--batch", type=int, default=None, help="batch size (default 8)")
     p.add_argument("--layers", default=None, help="comma list of substrings selecting layers by name")
@@ -88,15 +94,22 @@ def _select_layers(args):
     return layers
 
 
-def _median_ms(fn, warmup, repeats):
+def _median_ms_pair(fa, fb, warmup, repeats):
+    """Medians (ms) of fa and fb, timed alternately (a-b, then b-a) so drift and neighbours hit both alike."""
     for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return 1e3 * statistics.median(times)
+        fa()
+        fb()
+    ta, tb = [], []
+    for k in range(repeats):
+        for fn, times in ((fa, ta), (fb, tb)) if k % 2 == 0 else ((fb, tb), (fa, ta)):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+    return 1e3 * statistics.median(ta), 1e3 * statistics.median(tb)
+
+
+def _median_ms(fn, warmup, repeats):
+    return _median_ms_pair(fn, lambda: None, warmup, repeats)[0]
 
 
 def _cells(tf, dc, layer, batch, dtype, accumulation, rng):
@@ -207,8 +220,9 @@ def _fmt_ms(v):
 
 
 def _table(rows, args, tf, dc, threads, elapsed, peak):
-    head = ("layer", "pass", "tf ms", "detconv ms", "ratio", "tf GFLOP/s", "dc GFLOP/s", "tf %pk", "dc %pk",
-            "rel.diff")
+    pn = "tf" if args.peer == "tf" else "f32"  # the peer column's name
+    head = ("layer", "pass", f"{pn} ms", "detconv ms", "ratio", f"{pn} GFLOP/s", "dc GFLOP/s", f"{pn} %pk",
+            "dc %pk", "rel.diff")
     lines = [tuple(head)]
     for r in rows:
         lines.append((r["layer"], r["pass"], _fmt_ms(r["tf_ms"]), _fmt_ms(r["dc_ms"]),
@@ -228,7 +242,8 @@ def _table(rows, args, tf, dc, threads, elapsed, peak):
     out.append("")
     if ratios:
         gm = math.exp(sum(math.log(v) for v in ratios) / len(ratios))
-        out.append(f"geometric mean of ratios (tf/detconv, >1 = detconv faster): {gm:.3f} over {len(ratios)} cells")
+        peer = "tf" if args.peer == "tf" else "detconv float32"
+        out.append(f"geometric mean of ratios ({peer}/detconv, >1 = detconv faster): {gm:.3f} over {len(ratios)} cells")
         for p in args.passes:
             rp = [r["ratio"] for r in rows if r["ratio"] and r["pass"] == p]
             if rp:
@@ -304,19 +319,30 @@ def main(argv=None):
     total = len(layers) * len(args.passes)
     with tf.device("/CPU:0"):
         for layer in layers:
-            cells = _cells(tf, dc, layer, args.batch, dtype, args.accumulation, rng)
+            seed = int(rng.integers(1 << 31))
+            cells = _cells(tf, dc, layer, args.batch, dtype, args.accumulation, np.random.default_rng(seed))
+            if args.peer == "float32":  # the same values as float32 tensors, through detconv
+                peer = _cells(tf, dc, layer, args.batch, tf.float32, None, np.random.default_rng(seed))
+                cells = {p: (c[0], peer[p][2], c[2]) for p, c in cells.items()}
             for p in args.passes:
                 flops, tf_fn, dc_fn = cells[p]
                 row = {"layer": layer[0], "pass": p, "flops": flops, "tf_ms": None, "dc_ms": None,
                        "ratio": None, "diff": "-"}
+                tf_ok = dc_ok = True
                 try:
-                    row["tf_ms"] = _median_ms(tf_fn, args.warmup, args.repeats)
+                    tf_fn()
                 except Exception as e:  # noqa: BLE001 - e.g. a dtype stock TF has no CPU kernel for
-                    row["diff"] = f"tf: {type(e).__name__}"
+                    row["diff"], tf_ok = f"{args.peer}: {type(e).__name__}", False
                 try:
-                    row["dc_ms"] = _median_ms(dc_fn, args.warmup, args.repeats)
+                    dc_fn()
                 except Exception as e:  # noqa: BLE001
-                    row["diff"] = f"detconv: {type(e).__name__}: {str(e)[:60]}"
+                    row["diff"], dc_ok = f"detconv: {type(e).__name__}: {str(e)[:60]}", False
+                if tf_ok and dc_ok:
+                    row["tf_ms"], row["dc_ms"] = _median_ms_pair(tf_fn, dc_fn, args.warmup, args.repeats)
+                elif tf_ok:
+                    row["tf_ms"] = _median_ms(tf_fn, args.warmup, args.repeats)
+                elif dc_ok:
+                    row["dc_ms"] = _median_ms(dc_fn, args.warmup, args.repeats)
                 if row["tf_ms"] is not None and row["dc_ms"] is not None:
                     row["ratio"] = row["tf_ms"] / row["dc_ms"]
                     row["diff"] = f"{_rel_diff(tf, tf_fn(), dc_fn()):.1e}"

@@ -74,6 +74,30 @@ struct Rows {
   bool padded(i64 k) const { return table && table[k] == zero_row; }
 };
 
+// A buffer of n elements plus kPad zeros after them (kernels read whole
+// vectors past the end), from the framework's allocator when the executor
+// offers one: TensorFlow reuses its buffers, so a large one costs no fresh
+// pages (page faults) per call. Elements [0, n) are left unset: every user
+// writes each one before reading it.
+template <class T>
+class Workspace {
+ public:
+  Workspace() = default;
+  Workspace(const CpuExecutor& ex, i64 n) {
+    ptr_ = static_cast<T*>(ex.scratch((n + kPad) * i64(sizeof(T))));
+    if (!ptr_) {
+      own_.reset(new T[n + kPad]);
+      ptr_ = own_.get();
+    }
+    std::fill(ptr_ + n, ptr_ + n + kPad, T(0));
+  }
+  T* data() const { return ptr_; }
+
+ private:
+  std::unique_ptr<T[]> own_;
+  T* ptr_ = nullptr;
+};
+
 // Kernel entry points of one ISA for one accumulator type A: x and dy as
 // Rows (rows of W*C), f HWIO and bias (read in bounds only: they are packed first).
 template <class A>

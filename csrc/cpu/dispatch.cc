@@ -75,20 +75,18 @@ void with_source(const void* src, DType dt, Fn&& fn) {
   }
 }
 
-// An input-shaped or output-shaped tensor as NHWC accumulator values, with
-// kPad zeros after it (kernels read whole vectors past the end). Conversions
-// to the accumulator are exact.
+// Writes an input-shaped or output-shaped tensor to dst as NHWC accumulator
+// values, in parallel over rows (each thread first-touches its own rows).
+// Conversions to the accumulator are exact.
 template <class A>
-std::vector<A> to_nhwc(const void* src, DType dt, Layout layout, i64 N, i64 H, i64 W, i64 C,
-                       const CpuExecutor& ex) {
-  std::vector<A> out(N * H * W * C + cpu::kPad, A(0));
+void to_nhwc(const void* src, DType dt, Layout layout, i64 N, i64 H, i64 W, i64 C, A* out, const CpuExecutor& ex) {
   const Strides4 s = make_strides(layout, H, W, C);
   with_source<A>(src, dt, [&](auto load) {
     ex.parallel_for(N * H, W * C, [&](i64 r0, i64 r1) {
       cpu::FpEnvGuard guard;  // conversions of subnormals must not meet DAZ
       for (i64 r = r0; r < r1; ++r) {
         const i64 n = r / H, h = r % H;
-        A* dst = out.data() + r * W * C;
+        A* dst = out + r * W * C;
         if (layout == Layout::kNHWC) {
           const i64 base = s.at(n, h, 0, 0);
           if constexpr (std::is_same<A, float>::value) {
@@ -107,15 +105,14 @@ std::vector<A> to_nhwc(const void* src, DType dt, Layout layout, i64 N, i64 H, i
       }
     });
   });
-  return out;
 }
 
 // x or dy as Rows of accumulator values: read in place when it already is
 // NHWC in the accumulator type (only its last row is copied, padded), else
-// converted whole.
+// converted whole into a workspace (kPad zeros after it).
 template <class A>
 struct RowsBuf {
-  std::vector<A> own;
+  cpu::Workspace<A> own;
   cpu::Rows<A> rows;
 };
 
@@ -126,11 +123,13 @@ RowsBuf<A> make_rows(const void* src, DType dt, Layout layout, i64 N, i64 H, i64
   const bool in_place = layout == Layout::kNHWC && dt == (sizeof(A) == 8 ? DType::kFloat64 : DType::kFloat32);
   if (in_place) {
     const A* base = static_cast<const A*>(src);
-    rb.own.assign(len + cpu::kPad, A(0));
+    rb.own = cpu::Workspace<A>(ex, len);
     if (nrows > 0) std::memcpy(rb.own.data(), base + (nrows - 1) * len, len * sizeof(A));
+    else std::fill(rb.own.data(), rb.own.data() + len, A(0));
     rb.rows = cpu::Rows<A>{base, len, nrows - 1, rb.own.data()};
   } else {
-    rb.own = to_nhwc<A>(src, dt, layout, N, H, W, C, ex);
+    rb.own = cpu::Workspace<A>(ex, nrows * len);
+    to_nhwc<A>(src, dt, layout, N, H, W, C, rb.own.data(), ex);
     rb.rows = cpu::Rows<A>{rb.own.data(), len, nrows - 1, rb.own.data() + (nrows > 0 ? nrows - 1 : 0) * len};
   }
   return rb;

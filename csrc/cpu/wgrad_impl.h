@@ -19,25 +19,6 @@ struct WgradKernels : KernelBase<V> {
     for (i64 l = 0; l < n; ++l) dst[l] = tmp[l];
   }
 
-  // The chunk parts' workspace: n elements, every one written by the kernel
-  // before combine() reads it, plus kPad zeros (combine reads whole vectors).
-  // From the framework's allocator when it offers one.
-  class Scratch {
-   public:
-    Scratch(const CpuExecutor& ex, i64 n) {
-      ptr_ = static_cast<T*>(ex.scratch((n + kPad) * i64(sizeof(T))));
-      if (!ptr_) {
-        own_.reset(new T[n + kPad]);
-        ptr_ = own_.get();
-      }
-      std::fill(ptr_ + n, ptr_ + n + kPad, T(0));
-    }
-    T* data() const { return ptr_; }
-   private:
-    std::unique_ptr<T[]> own_;
-    T* ptr_;
-  };
-
   // Adds the ch.P chunk parts of every element in chunk order and rounds once.
   // A unit is EV vectors of elements: each part's slice of them is one
   // contiguous run (a page), not P scattered vectors per element vector.
@@ -337,7 +318,7 @@ struct WgradKernels : KernelBase<V> {
       ex.parallel_for(F, 1, [&](i64 e0, i64 e1) { for (i64 e = e0; e < e1; ++e) dw.put(e, T(0)); });
       return;
     }
-    Scratch parts(ex, ch.P * F);
+    Workspace<T> parts(ex, ch.P * F);  // every part written before combine() reads it
     const bool dw33 = p.Cg == 1 && p.Cog() == 1 && p.KH == 3 && p.KW == 3 && p.dw == 1;
     if (dw33 && p.sw == 1) wgrad_dw33<1>(p, ch, x, dy, parts.data(), ex);
     else if (dw33 && p.sw == 2) wgrad_dw33<2>(p, ch, x, dy, parts.data(), ex);
@@ -354,7 +335,7 @@ struct WgradKernels : KernelBase<V> {
       for (i64 o = 0; o < F; ++o) db.put(o, T(0));
       return;
     }
-    Scratch parts(ex, ch.P * F);
+    Workspace<T> parts(ex, ch.P * F);  // every part written before combine() reads it
     const i64 nb = ceil_div(F, kLanes);
     ex.parallel_for(ch.P * nb, ch.L * kLanes, [&](i64 u0, i64 u1) {
       FpEnvGuard guard;
