@@ -52,6 +52,17 @@ CASES_2D_KERNELS = [
     ("wide-groups-dx", (2, 4, 19, 70), (3, 3, 70, 12), 1, 1, "SAME"),  # 4x4 dx tiles on AVX-512
 ]
 
+# Depthwise 3x3 layers whose float16 x and dy the CPU kernels read in place, widened per vector
+# (half_direct in csrc/cpu/kernels_impl.h): strides 1 and 2, interior and border blocks, rows that
+# end mid-vector, channels that end mid-vector, explicit and one-sided padding.
+CASES_HALF_DIRECT = [
+    ("dw3-s1-same", (2, 6, 37, 20), (3, 3, 1, 20), 1, 1, "SAME"),
+    ("dw3-s2-same", (2, 7, 31, 33), (3, 3, 1, 33), 2, 1, "SAME"),
+    ("dw3-s1-valid-c7", (1, 5, 19, 7), (3, 3, 1, 7), 1, 1, "VALID"),
+    ("dw3-s21-explicit", (2, 8, 26, 18), (3, 3, 1, 18), (2, 1), 1, ((1, 2), (2, 0))),
+    ("dw3-s12-d2rows", (1, 9, 23, 16), (3, 3, 1, 16), (1, 2), (2, 1), "SAME"),
+]
+
 # (name, x shape NDHWC, filter DHWIO, strides, dilations, padding (reference form))
 CASES_3D = [
     ("3x3x3-same", (2, 5, 6, 7, 3), (3, 3, 3, 3, 4), 1, 1, "SAME"),

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from conftest import assert_bits_equal
-from cases import CASES_2D_KERNELS, CASES_3D, DTYPE_IDS, DTYPES
+from cases import CASES_2D_KERNELS, CASES_3D, CASES_HALF_DIRECT, DTYPE_IDS, DTYPES
 from helpers import rand, to_nchw, to_nhwc
 
 try:
@@ -86,6 +86,37 @@ def test_every_isa_path_same_bits(rng, isa):
                 got = _all(K, x, f, b, dy, strides, dilations, padding, accumulation)
                 for name, g, w in zip(NAMES, got, want):
                     assert_bits_equal(g, w, f"{isa} {dtype} {name}")
+    finally:
+        K.set_cpu_isa(before)
+
+
+@pytest.mark.parametrize("isa", _isas())
+def test_float16_read_in_place(rng, isa):
+    # float16 depthwise 3x3 layers: x and dy read from the caller's memory and widened per vector,
+    # on every ISA, both accumulations, with subnormals, -0, inf and NaN among the values; the
+    # NCHW call (converted into a copy first) must agree too.
+    before = K.cpu_isa()
+    try:
+        K.set_cpu_isa(isa)
+        for name, x_shape, f_shape, strides, dilations, padding in CASES_HALF_DIRECT:
+            for accumulation in (None, "float16"):
+                x, f, b, dy = _operands(rng, x_shape, f_shape, strides, dilations, padding, "float16",
+                                        accumulation)
+                tiny = np.float16(2.0 ** -20)  # subnormal in binary16
+                x.flat[rng.choice(x.size, x.size // 5, replace=False)] *= tiny
+                x.flat[rng.choice(x.size, 3, replace=False)] = np.float16(-0.0)
+                dy.flat[rng.choice(dy.size, dy.size // 5, replace=False)] *= tiny
+                if accumulation is None:  # one inf and one NaN (each poisons only its own outputs)
+                    x.flat[x.size // 3], dy.flat[dy.size // 2] = np.float16(np.inf), np.float16(np.nan)
+                want = _all(ref, x, f, b, dy, strides, dilations, padding, accumulation)
+                got = _all(K, x, f, b, dy, strides, dilations, padding, accumulation)
+                for what, g, w in zip(NAMES, got, want):
+                    assert_bits_equal(g, w, f"{isa} {name} {accumulation} {what}")
+                a = dict(strides=strides, padding=padding, dilations=dilations, accumulation=accumulation,
+                         data_format="NCHW")
+                assert_bits_equal(to_nhwc(K.conv2d(to_nchw(x), f, bias=b, **a)), want[0], f"{name} NCHW y")
+                assert_bits_equal(K.conv2d_backprop_filter(to_nchw(x), to_nchw(dy), f.shape, **a), want[2],
+                                  f"{name} NCHW dw")
     finally:
         K.set_cpu_isa(before)
 

@@ -89,13 +89,19 @@ class Workspace {
       own_.reset(new T[n + kPad]);
       ptr_ = own_.get();
     }
-    std::fill(ptr_ + n, ptr_ + n + kPad, T(0));
+    std::fill(ptr_ + n, ptr_ + n + kPad, T{});
   }
   T* data() const { return ptr_; }
 
  private:
   std::unique_ptr<T[]> own_;
   T* ptr_ = nullptr;
+};
+
+// A binary16 value as stored in a float16 tensor (its bits). Kernels that
+// take Rows<Half16> widen it exactly per vector as they load (V::load).
+struct Half16 {
+  std::uint16_t bits;
 };
 
 // Kernel entry points of one ISA for one accumulator type A: x and dy as
@@ -108,6 +114,14 @@ struct IsaKernels {
   void (*wgrad)(const ConvProblem&, const Rows<A>& x, const Rows<A>& dy, const OutSpec& dw, const CpuExecutor&);
   void (*bgrad)(const ConvProblem&, const Rows<A>& dy, const OutSpec& db, const CpuExecutor&);
   double (*fma_probe)(i64 iters);  // flops done by a dependency-free fma loop (peak measurement)
+  // float16 x and dy read in place (NHWC, 2-D) for the problems half_direct(p)
+  // accepts: memory-bound layers, where widening them into a float copy first
+  // would cost as much as the kernel. Null for float64.
+  bool (*half_direct)(const ConvProblem&);
+  void (*fprop_half)(const ConvProblem&, const Rows<Half16>& x, const A* f, const A* bias, const OutSpec& y,
+                     const CpuExecutor&);
+  void (*wgrad_half)(const ConvProblem&, const Rows<Half16>& x, const Rows<Half16>& dy, const OutSpec& dw,
+                     const CpuExecutor&);
 };
 struct IsaTable {
   void (*half_to_float)(const std::uint16_t* src, float* dst, i64 n);  // exact, vectorized where the ISA can

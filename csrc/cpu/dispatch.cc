@@ -116,17 +116,24 @@ struct RowsBuf {
   cpu::Rows<A> rows;
 };
 
+// NHWC values of type S read in place: only the last row is copied, padded.
+template <class S>
+RowsBuf<S> rows_in_place(const S* base, i64 nrows, i64 len, const CpuExecutor& ex) {
+  RowsBuf<S> rb;
+  rb.own = cpu::Workspace<S>(ex, len);
+  if (nrows > 0) std::memcpy(rb.own.data(), base + (nrows - 1) * len, len * sizeof(S));
+  else std::fill(rb.own.data(), rb.own.data() + len, S{});
+  rb.rows = cpu::Rows<S>{base, len, nrows - 1, rb.own.data()};
+  return rb;
+}
+
 template <class A>
 RowsBuf<A> make_rows(const void* src, DType dt, Layout layout, i64 N, i64 H, i64 W, i64 C, const CpuExecutor& ex) {
   RowsBuf<A> rb;
   const i64 nrows = N * H, len = W * C;
   const bool in_place = layout == Layout::kNHWC && dt == (sizeof(A) == 8 ? DType::kFloat64 : DType::kFloat32);
   if (in_place) {
-    const A* base = static_cast<const A*>(src);
-    rb.own = cpu::Workspace<A>(ex, len);
-    if (nrows > 0) std::memcpy(rb.own.data(), base + (nrows - 1) * len, len * sizeof(A));
-    else std::fill(rb.own.data(), rb.own.data() + len, A(0));
-    rb.rows = cpu::Rows<A>{base, len, nrows - 1, rb.own.data()};
+    rb = rows_in_place(static_cast<const A*>(src), nrows, len, ex);
   } else {
     rb.own = cpu::Workspace<A>(ex, nrows * len);
     to_nhwc<A>(src, dt, layout, N, H, W, C, rb.own.data(), ex);
@@ -145,18 +152,41 @@ struct AccValues {
 };
 
 template <class A>
-AccValues<A> to_acc(const void* src, DType dt, i64 count) {
+AccValues<A> to_acc(const void* src, DType dt, i64 count, const CpuExecutor& ex) {
   AccValues<A> v;
   if (dt == (sizeof(A) == 8 ? DType::kFloat64 : DType::kFloat32)) {
     v.data = static_cast<const A*>(src);
     return v;
   }
   v.own.resize(count);
+  // In parallel blocks (a 3x3x512x512 filter is 2.4M values): F16C for float16.
+  constexpr i64 kBlock = 16384;
   with_source<A>(src, dt, [&](auto load) {
-    for (i64 k = 0; k < count; ++k) v.own[k] = load(k);
+    ex.parallel_for(cpu::ceil_div(count, kBlock), kBlock, [&](i64 b0, i64 b1) {
+      cpu::FpEnvGuard guard;  // conversions of subnormals must not meet DAZ
+      const i64 k0 = b0 * kBlock, k1 = std::min(count, b1 * kBlock);
+      if constexpr (std::is_same<A, float>::value) {
+        if (dt == DType::kFloat16) {
+          table().half_to_float(static_cast<const std::uint16_t*>(src) + k0, v.own.data() + k0, k1 - k0);
+          return;
+        }
+      }
+      for (i64 k = k0; k < k1; ++k) v.own[k] = load(k);
+    });
   });
   v.data = v.own.data();
   return v;
+}
+
+// A 3-D problem runs on the 2-D kernels ("depth as rows" below).
+bool three_d(const ConvProblem& p) { return p.D != 1 || p.KD != 1; }
+
+// Whether the kernels read this problem's float16 x and dy in place (2-D NHWC
+// only: 3-D rows are a pointer table over converted rows).
+template <class A>
+bool half_direct(const ConvProblem& p, const cpu::IsaKernels<A>& k) {
+  return p.dtype == DType::kFloat16 && p.layout == Layout::kNHWC && !three_d(p) && k.half_direct &&
+         k.half_direct(p);
 }
 
 // Calls fn with the accumulator type and kernel set of the problem.
@@ -177,7 +207,6 @@ void with_kernels(const ConvProblem& p, Fn&& fn) {
 // order.h's (kd, kh, kw, i), its r = (n2*OH + oh)*OW + ow is order.h's r (so
 // the chunks are the same), and its filter [KD*KH, KW, Cg, Co] is the 3-D
 // filter's memory. The rows are a table of pointers, not copies.
-bool three_d(const ConvProblem& p) { return p.D != 1 || p.KD != 1; }
 
 ConvProblem depth_as_rows(const ConvProblem& p, i64 images) {
   ConvProblem q = p;
@@ -266,11 +295,16 @@ void fprop_cpu(const ConvProblem& p, const void* x, const void* f, const void* b
   if (p.y_elems() == 0) return;
   with_kernels(p, [&](auto zero, const auto& k) {
     using A = decltype(zero);
-    const auto xa = make_rows<A>(x, p.dtype, p.layout, p.N, p.D * p.H, p.W, p.C, ex);
-    const auto fa = to_acc<A>(f, p.dtype, p.filter_elems());
+    const auto fa = to_acc<A>(f, p.dtype, p.filter_elems(), ex);
     AccValues<A> ba;
-    if (bias) ba = to_acc<A>(bias, p.dtype, p.Co);
+    if (bias) ba = to_acc<A>(bias, p.dtype, p.Co, ex);
     const A* b = bias ? ba.data : nullptr;
+    if (half_direct(p, k)) {
+      const auto xh = rows_in_place(static_cast<const cpu::Half16*>(x), p.N * p.H, p.W * p.C, ex);
+      k.fprop_half(p, xh.rows, fa.data, b, cpu::OutSpec{y, p.dtype, p.y_strides()}, ex);
+      return;
+    }
+    const auto xa = make_rows<A>(x, p.dtype, p.layout, p.N, p.D * p.H, p.W, p.C, ex);
     if (!three_d(p)) {
       k.fprop(p, xa.rows, fa.data, b, cpu::OutSpec{y, p.dtype, p.y_strides()}, ex);
       return;
@@ -293,7 +327,7 @@ void dgrad_cpu(const ConvProblem& p, const void* dy, const void* f, void* dx, co
   with_kernels(p, [&](auto zero, const auto& k) {
     using A = decltype(zero);
     const auto da = make_rows<A>(dy, p.dtype, p.layout, p.N, p.OD * p.OH, p.OW, p.Co, ex);
-    const auto fa = to_acc<A>(f, p.dtype, p.filter_elems());
+    const auto fa = to_acc<A>(f, p.dtype, p.filter_elems(), ex);
     k.dgrad(p, da.rows, fa.data, cpu::OutSpec{dx, p.dtype, p.x_strides()}, ex);  // depth-aware (dgrad_impl.h)
   });
 }
@@ -302,9 +336,15 @@ void wgrad_cpu(const ConvProblem& p, const void* x, const void* dy, void* dw, co
   if (p.filter_elems() == 0) return;
   with_kernels(p, [&](auto zero, const auto& k) {
     using A = decltype(zero);
+    const cpu::OutSpec out{dw, p.dtype, Strides4{0, 0, 0, 1}};
+    if (half_direct(p, k)) {
+      const auto xh = rows_in_place(static_cast<const cpu::Half16*>(x), p.N * p.H, p.W * p.C, ex);
+      const auto dh = rows_in_place(static_cast<const cpu::Half16*>(dy), p.N * p.OH, p.OW * p.Co, ex);
+      k.wgrad_half(p, xh.rows, dh.rows, out, ex);
+      return;
+    }
     const auto xa = make_rows<A>(x, p.dtype, p.layout, p.N, p.D * p.H, p.W, p.C, ex);
     const auto da = make_rows<A>(dy, p.dtype, p.layout, p.N, p.OD * p.OH, p.OW, p.Co, ex);
-    const cpu::OutSpec out{dw, p.dtype, Strides4{0, 0, 0, 1}};
     if (!three_d(p)) {
       k.wgrad(p, xa.rows, da.rows, out, ex);
       return;

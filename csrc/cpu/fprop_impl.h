@@ -244,10 +244,11 @@ struct FpropKernels : KernelBase<V> {
 
   // One depthwise block: NP output pixels x NW vectors of channels, folded
   // over (kh, kw) on private accumulators (see micro()). xs: channels per input pixel.
-  template <int NP, int NW>
+  // S: x's element type (T, or Half16 widened as loaded).
+  template <int NP, int NW, class S>
   static inline __attribute__((always_inline)) void fprop_dw_block(Vec (&acc)[NP][NW], const ConvProblem& p,
-                                                                   const Rows<T>& x, i64 xs, const T* wp, i64 cop,
-                                                                   const T* zeros, i64 n, i64 oh, i64 ow0, i64 o0,
+                                                                   const Rows<S>& x, i64 xs, const T* wp, i64 cop,
+                                                                   const S* zeros, i64 n, i64 oh, i64 ow0, i64 o0,
                                                                    bool interior) {
     Vec a[NP][NW];
     for (int q = 0; q < NP; ++q)
@@ -255,12 +256,12 @@ struct FpropKernels : KernelBase<V> {
     for (i64 kh = 0; kh < p.KH; ++kh) {
       const i64 ih = fprop_in_row(p, oh, kh);
       const bool row_in = ih >= 0 && ih < p.H;
-      const T* xrow = row_in ? x.row(n * p.H + ih) + o0 : zeros;
+      const S* xrow = row_in ? x.row(n * p.H + ih) + o0 : zeros;
       for (i64 kw = 0; kw < p.KW; ++kw) {
         Vec fv[NW];
         for (int j = 0; j < NW; ++j) fv[j] = V::load(wp + (kh * p.KW + kw) * cop + o0 + j * kLanes);
         if (interior && row_in) {  // every column in range: plain strided addresses
-          const T* x0 = xrow + fprop_in_col(p, ow0, kw) * xs;
+          const S* x0 = xrow + fprop_in_col(p, ow0, kw) * xs;
           for (int q = 0; q < NP; ++q)
             for (int j = 0; j < NW; ++j) a[q][j] = V::fma(V::load(x0 + q * p.sw * xs + j * kLanes), fv[j], a[q][j]);
           continue;
@@ -268,7 +269,7 @@ struct FpropKernels : KernelBase<V> {
         for (int q = 0; q < NP; ++q) {
           const i64 iw = fprop_in_col(p, ow0 + q, kw);
           // Padded taps are fma with +0, exactly as the contract says.
-          const T* px = (row_in && iw >= 0 && iw < p.W) ? xrow + iw * xs : zeros;
+          const S* px = (row_in && iw >= 0 && iw < p.W) ? xrow + iw * xs : zeros;
           for (int j = 0; j < NW; ++j) a[q][j] = V::fma(V::load(px + j * kLanes), fv[j], a[q][j]);
         }
       }
@@ -281,10 +282,10 @@ struct FpropKernels : KernelBase<V> {
   // SW, one vector of channels: each input column is loaded once per row kh
   // and used by every output that meets it. Output q meets column c = q*SW + kw,
   // so sweeping c upwards still gives each output its taps in kw order.
-  template <int NP, int SW>
+  template <int NP, int SW, class S>
   static inline __attribute__((always_inline)) void fprop_dw3_block(Vec (&acc)[NP][1], const ConvProblem& p,
-                                                                    const Rows<T>& x, i64 xs, const T* wp, i64 cop,
-                                                                    const T* zeros, i64 n, i64 oh, i64 ow0, i64 o0) {
+                                                                    const Rows<S>& x, i64 xs, const T* wp, i64 cop,
+                                                                    const S* zeros, i64 n, i64 oh, i64 ow0, i64 o0) {
     constexpr int NC = (NP - 1) * SW + 3;
     Vec a[NP];
     for (int q = 0; q < NP; ++q) a[q] = V::zero();
@@ -292,7 +293,7 @@ struct FpropKernels : KernelBase<V> {
       const i64 ih = fprop_in_row(p, oh, kh);
       const bool row_in = ih >= 0 && ih < p.H;
       // A padded row is fmas with +0 (the contract): the zero vector, column stride 0.
-      const T* x0 = row_in ? x.row(n * p.H + ih) + fprop_in_col(p, ow0, 0) * xs + o0 : zeros;
+      const S* x0 = row_in ? x.row(n * p.H + ih) + fprop_in_col(p, ow0, 0) * xs + o0 : zeros;
       const i64 cs = row_in ? xs : 0;
       Vec fv[3];
       for (int kw = 0; kw < 3; ++kw) fv[kw] = V::load(wp + (kh * 3 + kw) * cop + o0);
@@ -312,8 +313,9 @@ struct FpropKernels : KernelBase<V> {
   // Depthwise-like (Cg == 1): lanes over output channels across groups; lane o
   // reads input channel o / cog. Each fold is over (kh, kw) only. Blocks of
   // NW vectors; SW > 0: interior blocks take fprop_dw3_block (NW == 1).
-  template <int NP, int NW, int SW>
-  static void fprop_dw(const ConvProblem& p, const Rows<T>& x, const T* f, const T* bias, const OutSpec& y,
+  // S: x's element type (Half16 only with cog == 1: see half_direct).
+  template <int NP, int NW, int SW, class S = T>
+  static void fprop_dw(const ConvProblem& p, const Rows<S>& x, const T* f, const T* bias, const OutSpec& y,
                        const CpuExecutor& ex) {
     constexpr int BD = kLanes * NW;
     const i64 cog = p.Cog(), nb = ceil_div(p.Co, BD), cop = nb * BD, khw = p.KH * p.KW;
@@ -322,10 +324,11 @@ struct FpropKernels : KernelBase<V> {
       for (i64 o = 0; o < p.Co; ++o) wp[t * cop + o] = f[t * p.Co + o];
     if (bias)
       for (i64 o = 0; o < p.Co; ++o) bp[o] = bias[o];
-    std::vector<T> xr;
-    if (cog > 1) xr = repeat_channels(p, x, cog);
-    const Rows<T> xin = cog > 1 ? rows_of(xr, p.N * p.H, p.W * p.Co) : x;
-    const std::vector<T> zeros(cop + kPad, T(0));
+    std::vector<S> xr;
+    if constexpr (std::is_same<S, T>::value)
+      if (cog > 1) xr = repeat_channels(p, x, cog);
+    const Rows<S> xin = cog > 1 ? rows_of(xr, p.N * p.H, p.W * p.Co) : x;
+    const std::vector<S> zeros(cop + kPad, S{});
     const i64 owb = ceil_div(p.OW, NP), units = p.N * p.OH * nb * owb;
     const Strides4 ys = y.s;
     ex.parallel_for(units, khw * BD * NP, [&](i64 u0, i64 u1) {
@@ -345,16 +348,16 @@ struct FpropKernels : KernelBase<V> {
         const i64 r0 = std::max<i64>(0, fprop_in_row(p, oh, p.KH - 1) + 1);
         const i64 r1 = std::min<i64>(p.H - 1, fprop_in_row(p, oh + 1, p.KH - 1));
         for (i64 r = r0; r <= r1; ++r)
-          prefetch_slice(xin.row(n * p.H + r), p.W * p.Co * sizeof(T), wb * nb + b, owb * nb);
+          prefetch_slice(xin.row(n * p.H + r), p.W * p.Co * sizeof(S), wb * nb + b, owb * nb);
         // Interior blocks: all NP outputs exist and every kw column is inside the row.
         const bool interior = ow0 + NP <= p.OW && fprop_in_col(p, ow0, 0) >= 0 &&
                               fprop_in_col(p, ow0 + NP - 1, p.KW - 1) < p.W;
         Vec acc[NP][NW];
         if constexpr (SW > 0) {
-          if (interior) fprop_dw3_block<NP, SW>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0);
-          else fprop_dw_block<NP, NW>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0, false);
+          if (interior) fprop_dw3_block<NP, SW, S>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0);
+          else fprop_dw_block<NP, NW, S>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0, false);
         } else {
-          fprop_dw_block<NP, NW>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0, interior);
+          fprop_dw_block<NP, NW, S>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0, interior);
         }
         for (int q = 0; q < NP; ++q)
           for (int j = 0; j < NW; ++j) {
@@ -367,13 +370,25 @@ struct FpropKernels : KernelBase<V> {
     });
   }
 
+  // Depthwise 3-wide filters of width stride 1 or 2: blocks of fprop_dw3_block.
+  template <class S>
+  static bool fprop_dw3(const ConvProblem& p, const Rows<S>& x, const T* f, const T* bias, const OutSpec& y,
+                        const CpuExecutor& ex) {
+    if (p.KW != 3 || p.dw != 1 || (p.sw != 1 && p.sw != 2)) return false;
+    if (p.sw == 1) fprop_dw<8, 1, 1, S>(p, x, f, bias, y, ex);
+    else fprop_dw<6, 1, 2, S>(p, x, f, bias, y, ex);
+    return true;
+  }
+
+  static void fprop_half(const ConvProblem& p, const Rows<Half16>& x, const T* f, const T* bias, const OutSpec& y,
+                         const CpuExecutor& ex) {
+    fprop_dw3<Half16>(p, x, f, bias, y, ex);  // half_direct(p) chose this problem
+  }
+
   static void fprop(const ConvProblem& p, const Rows<T>& x, const T* f, const T* bias, const OutSpec& y,
                     const CpuExecutor& ex) {
     if (p.Cg == 1 && p.Cog() < kLanes) {
-      const bool k3 = p.KW == 3 && p.dw == 1;
-      if (k3 && p.sw == 1) fprop_dw<8, 1, 1>(p, x, f, bias, y, ex);
-      else if (k3 && p.sw == 2) fprop_dw<6, 1, 2>(p, x, f, bias, y, ex);
-      else fprop_dw<PW, NV, 0>(p, x, f, bias, y, ex);
+      if (!fprop_dw3<T>(p, x, f, bias, y, ex)) fprop_dw<PW, NV, 0>(p, x, f, bias, y, ex);
     } else if (p.KH == 1 && p.KW == 1 && p.sh == 1 && p.sw == 1 && p.pt == 0 && p.pl == 0 && p.OH == p.H &&
                p.OW == p.W && p.G == 1 && p.filter_elems() * i64(sizeof(T)) > Base::kFilterL2Bytes) {
       fprop_1x1<Base::PF, NV>(p, x, f, bias, y, ex);

@@ -174,8 +174,9 @@ struct KernelBase {
     }
     return out;
   }
-  static Rows<T> rows_of(const std::vector<T>& v, i64 nrows, i64 len) {
-    return Rows<T>{v.data(), len, nrows - 1, v.data() + (nrows - 1) * len};
+  template <class S>
+  static Rows<S> rows_of(const std::vector<S>& v, i64 nrows, i64 len) {
+    return Rows<S>{v.data(), len, nrows - 1, v.data() + (nrows - 1) * len};
   }
 
   // Prefetches the k-th of `parts` slices of [base, base + bytes): spread over

@@ -6,10 +6,24 @@
 #include "cpu/dgrad_impl.h"
 #include "cpu/wgrad_impl.h"
 
+// The problems whose float16 x and dy the kernels read in place: depthwise
+// 3x3 of width stride 1 or 2 (memory-bound: widening into a copy first cost
+// as much as the kernel).
+template <class V>
+bool half_direct(const ConvProblem& p) {
+  return WgradKernels<V>::dw33(p);
+}
+
 template <class V>
 IsaKernels<typename V::T> kernel_table() {
-  return IsaKernels<typename V::T>{&FpropKernels<V>::fprop, &DgradKernels<V>::dgrad, &WgradKernels<V>::wgrad,
-                                   &WgradKernels<V>::bgrad, &KernelBase<V>::fma_probe};
+  IsaKernels<typename V::T> k{&FpropKernels<V>::fprop, &DgradKernels<V>::dgrad, &WgradKernels<V>::wgrad,
+                              &WgradKernels<V>::bgrad, &KernelBase<V>::fma_probe};
+  if constexpr (std::is_same<typename V::T, float>::value) {
+    k.half_direct = &half_direct<V>;
+    k.fprop_half = &FpropKernels<V>::fprop_half;
+    k.wgrad_half = &WgradKernels<V>::wgrad_half;
+  }
+  return k;
 }
 
 // binary16 -> binary32 for a run of values (exact; F16C where the ISA has it).

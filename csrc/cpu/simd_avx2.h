@@ -7,6 +7,7 @@ struct VF {
   static constexpr int L = 8, kPW = 4, kNV = 2, kTI = 6, kPF = kPW;  // 8 (dw tiles: 12) accumulators of 16 registers
   static R zero() { return _mm256_setzero_ps(); }
   static R load(const T* p) { return _mm256_loadu_ps(p); }
+  static R load(const Half16* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
   static void store(T* p, R a) { _mm256_storeu_ps(p, a); }
   static R bcast(T s) { return _mm256_set1_ps(s); }
   static R fma(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }
@@ -68,6 +69,7 @@ struct VH {
   static constexpr int L = 8, kPW = 4, kNV = 2, kTI = 4, kPF = kPW;  // many chains: the emulated fma is latency-bound
   static R zero() { return _mm256_setzero_ps(); }
   static R load(const T* p) { return _mm256_loadu_ps(p); }
+  static R load(const Half16* p) { return VF::load(p); }
   static void store(T* p, R a) { _mm256_storeu_ps(p, a); }
   static R bcast(T s) { return _mm256_set1_ps(s); }
   static R ro_sum(R x, R y) {

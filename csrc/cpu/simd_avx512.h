@@ -15,6 +15,7 @@ struct VF {
   };
   static R zero() { return _mm512_setzero_ps(); }
   static R load(const T* p) { return _mm512_loadu_ps(p); }
+  static R load(const Half16* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
   static void store(T* p, R a) { _mm512_storeu_ps(p, a); }
   static R bcast(T s) { return _mm512_set1_ps(s); }
   static R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
@@ -65,6 +66,7 @@ struct VH {
   static constexpr int L = 16, kPW = 4, kNV = 2, kTI = 8, kPF = 8;
   static R zero() { return _mm512_setzero_ps(); }
   static R load(const T* p) { return _mm512_loadu_ps(p); }
+  static R load(const Half16* p) { return VF::load(p); }
   static void store(T* p, R a) { _mm512_storeu_ps(p, a); }
   static R bcast(T s) { return _mm512_set1_ps(s); }
   static R half_round(R a) { return _mm512_cvtph_ps(_mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }

@@ -226,9 +226,9 @@ struct WgradKernels : KernelBase<V> {
   // whose taps reach them take checked loads; between them every column is
   // inside, and the columns each filter row meets slide by SW per position
   // (AVX-512 keeps them in registers and loads only the new ones).
-  template <int SW>
-  static inline __attribute__((always_inline)) void dw33_segment(Vec (&acc)[3][3], const T* const (&xr)[3], i64 C,
-                                                                 i64 W, const T* dyr, i64 Co, i64 seg, i64 c0) {
+  template <int SW, class S>
+  static inline __attribute__((always_inline)) void dw33_segment(Vec (&acc)[3][3], const S* const (&xr)[3], i64 C,
+                                                                 i64 W, const S* dyr, i64 Co, i64 seg, i64 c0) {
     constexpr bool kSlide = sizeof(Vec) >= 64;  // 9 + 9 + 1 vectors fit 32 registers
     Vec a[3][3], w[3][3];
     for (int kh = 0; kh < 3; ++kh)
@@ -278,12 +278,13 @@ struct WgradKernels : KernelBase<V> {
   // taps in registers, so x and dy stream once per chunk; along a row the
   // columns each filter row meets slide by SW per position (AVX-512 keeps
   // them loaded and reads only the new ones). Every tap's fold is r
-  // ascending, padded columns and rows as +0.
-  template <int SW>
-  static void wgrad_dw33(const ConvProblem& p, const Chunks& ch, const Rows<T>& x, const Rows<T>& dy, T* parts,
+  // ascending, padded columns and rows as +0. S: x's and dy's element type
+  // (T, or Half16 widened as loaded).
+  template <int SW, class S>
+  static void wgrad_dw33(const ConvProblem& p, const Chunks& ch, const Rows<S>& x, const Rows<S>& dy, T* parts,
                          const CpuExecutor& ex) {
     const i64 nb = ceil_div(p.Co, kLanes), F = p.filter_elems();
-    const std::vector<T> zero_row(p.W * p.C + kPad, T(0));  // what a padded filter row reads
+    const std::vector<S> zero_row(p.W * p.C + kPad, S{});  // what a padded filter row reads
     ex.parallel_for(ch.P * nb, ch.L * 9 * kLanes, [&](i64 u0, i64 u1) {
       FpEnvGuard guard;
       alignas(64) T tmp[kLanes];
@@ -296,12 +297,12 @@ struct WgradKernels : KernelBase<V> {
           i64 n, oh, ow;
           split_r(p, r, n, oh, ow);
           const i64 seg = std::min(end - r, p.OW - ow);
-          const T* xr[3];
+          const S* xr[3];
           for (int kh = 0; kh < 3; ++kh) {
             const i64 ih = fprop_in_row(p, oh, kh);
             xr[kh] = (ih >= 0 && ih < p.H ? x.row(n * p.H + ih) : zero_row.data()) + o0;
           }
-          dw33_segment<SW>(acc, xr, p.C, p.W, dy.row(n * p.OH + oh) + ow * p.Co + o0, p.Co, seg, ow * SW - p.pl);
+          dw33_segment<SW, S>(acc, xr, p.C, p.W, dy.row(n * p.OH + oh) + ow * p.Co + o0, p.Co, seg, ow * SW - p.pl);
           r += seg;
         }
         for (int kh = 0; kh < 3; ++kh)
@@ -311,21 +312,41 @@ struct WgradKernels : KernelBase<V> {
     });
   }
 
-  static void wgrad(const ConvProblem& p, const Rows<T>& x, const Rows<T>& dy, const OutSpec& dw, const CpuExecutor& ex) {
+  // Depthwise 3x3 with width stride 1 or 2 and no width dilation: wgrad_dw33.
+  static bool dw33(const ConvProblem& p) {
+    return p.Cg == 1 && p.Cog() == 1 && p.KH == 3 && p.KW == 3 && p.dw == 1 && (p.sw == 1 || p.sw == 2);
+  }
+
+  // Folds the chunk parts with fold(ch, parts), then combines them; no outputs: dw = +0.
+  template <class Fold>
+  static void wgrad_parts(const ConvProblem& p, const OutSpec& dw, const CpuExecutor& ex, Fold&& fold) {
     const i64 F = p.filter_elems();
     const Chunks ch = reduction_chunks(p.R(), F);
-    if (ch.P == 0) {  // no outputs: dw = +0
+    if (ch.P == 0) {
       ex.parallel_for(F, 1, [&](i64 e0, i64 e1) { for (i64 e = e0; e < e1; ++e) dw.put(e, T(0)); });
       return;
     }
     Workspace<T> parts(ex, ch.P * F);  // every part written before combine() reads it
-    const bool dw33 = p.Cg == 1 && p.Cog() == 1 && p.KH == 3 && p.KW == 3 && p.dw == 1;
-    if (dw33 && p.sw == 1) wgrad_dw33<1>(p, ch, x, dy, parts.data(), ex);
-    else if (dw33 && p.sw == 2) wgrad_dw33<2>(p, ch, x, dy, parts.data(), ex);
-    else if (p.Cg == 1 && p.Cog() < kLanes) wgrad_dw(p, ch, x, dy, parts.data(), ex);
-    else if (Base::kWide && p.Cog() >= WW * kLanes) wgrad_dense<WI, WW>(p, ch, x, dy, parts.data(), ex);
-    else wgrad_dense<TI, NV>(p, ch, x, dy, parts.data(), ex);
+    fold(ch, parts.data());
     combine(ch, F, parts.data(), dw, ex);
+  }
+
+  static void wgrad_half(const ConvProblem& p, const Rows<Half16>& x, const Rows<Half16>& dy, const OutSpec& dw,
+                         const CpuExecutor& ex) {
+    wgrad_parts(p, dw, ex, [&](const Chunks& ch, T* parts) {  // half_direct(p) chose this problem: dw33(p)
+      if (p.sw == 1) wgrad_dw33<1, Half16>(p, ch, x, dy, parts, ex);
+      else wgrad_dw33<2, Half16>(p, ch, x, dy, parts, ex);
+    });
+  }
+
+  static void wgrad(const ConvProblem& p, const Rows<T>& x, const Rows<T>& dy, const OutSpec& dw, const CpuExecutor& ex) {
+    wgrad_parts(p, dw, ex, [&](const Chunks& ch, T* parts) {
+      if (dw33(p) && p.sw == 1) wgrad_dw33<1, T>(p, ch, x, dy, parts, ex);
+      else if (dw33(p)) wgrad_dw33<2, T>(p, ch, x, dy, parts, ex);
+      else if (p.Cg == 1 && p.Cog() < kLanes) wgrad_dw(p, ch, x, dy, parts, ex);
+      else if (Base::kWide && p.Cog() >= WW * kLanes) wgrad_dense<WI, WW>(p, ch, x, dy, parts, ex);
+      else wgrad_dense<TI, NV>(p, ch, x, dy, parts, ex);
+    });
   }
 
   static void bgrad(const ConvProblem& p, const Rows<T>& dy, const OutSpec& db, const CpuExecutor& ex) {
