@@ -72,12 +72,11 @@ struct VH {
   static R half_round(R a) { return _mm512_cvtph_ps(_mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
   // binary16 fma(a, b, c) and add(a, b) (docs/numerics.md, "float16 accumulation on AVX-512"): the exact
   // result rounded to odd at binary32 precision, then once to binary16. Round-to-odd from the two directed
-  // roundings: they differ exactly when the result is inexact; the one nearer zero (smaller magnitude bits)
-  // is the truncation, and setting its last bit when inexact rounds to odd. No per-lane branch.
+  // roundings: when the result is inexact they are adjacent and round-to-odd is the one whose last bit is
+  // set; when it is exact they are equal, except an exact zero (up +0, dn -0), where it is up. So: dn if
+  // its last bit is set, else up. No per-lane branch.
   static R odd(R up, R dn) {
-    const __m512i rz = _mm512_min_epu32(_mm512_castps_si512(up), _mm512_castps_si512(dn));
-    const __mmask16 inexact = _mm512_cmp_ps_mask(up, dn, _CMP_NEQ_UQ);
-    return _mm512_castsi512_ps(_mm512_mask_or_epi32(rz, inexact, rz, _mm512_set1_epi32(1)));
+    return _mm512_mask_blend_ps(_mm512_test_epi32_mask(_mm512_castps_si512(dn), _mm512_set1_epi32(1)), up, dn);
   }
   static R fma(R a, R b, R c) {
     return half_round(odd(_mm512_fmadd_round_ps(a, b, c, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC),
