@@ -16,16 +16,7 @@ struct DgradKernels : KernelBase<V> {
     PixelBlocks(const ConvProblem& p, int NP)
         : sw(p.sw), W(p.W), per_phase(ceil_div(p.W, p.sw)), blocks_per_phase(ceil_div(ceil_div(p.W, p.sw), NP)) {}
     i64 count() const { return sw * blocks_per_phase; }
-    // Columns of the NP pixels of block b, -1 past the row.
-    template <int NP>
-    void cols(i64 b, i64 (&iw)[NP]) const {
-      const i64 ph = b / blocks_per_phase, k = b % blocks_per_phase;
-      for (int q = 0; q < NP; ++q) {
-        const i64 c = ph + (k * NP + q) * sw;
-        iw[q] = c < W ? c : -1;
-      }
-    }
-    // As cols(), but a phase's last block, where the phase has NP pixels or
+    // The NP pixels of block b (-1 past the row), but a phase's last block, where the phase has NP pixels or
     // more, moves back to end at its last pixel: every pixel is real, and
     // pixels q < store_from, which the block before also folds (same bits),
     // are stored by that block only.
@@ -44,49 +35,6 @@ struct DgradKernels : KernelBase<V> {
       }
     }
   };
-
-  // Pixels past the row (iw = -1) are never stored. When they are fewer than
-  // the real ones they read `zeros` and count as reached, so the block still
-  // folds as one; a block of mostly absent pixels is cheaper folded pixel by
-  // pixel (nullptr: absent pixels count as unreached). The lanes of real
-  // pixels are the same either way. Decided once per block.
-  template <int NP>
-  static const T* absent_pixels_read(const i64 (&iw)[NP], const T* zeros) {
-    int real = 0;
-    for (int q = 0; q < NP; ++q) real += iw[q] >= 0;
-    return 2 * real >= NP ? zeros : nullptr;
-  }
-
-  // For input pixels iw[q] (-1: past the row) of a row whose tap reaches dy
-  // row `dy_row`: which of them tap kw reaches too, and the dy pixel (+off)
-  // each reaches; absent pixels as absent_pixels_read() decided. The pixels
-  // of a block share a stride phase, so tap kw reaches all or none of them by
-  // stride, and the dy columns it reaches are consecutive (iw advances by sw,
-  // ow by 1): one division per tap. Returns false when it reaches none.
-  template <int NP>
-  static bool dgrad_tap_pixels(const ConvProblem& p, const Rows<T>& dy, i64 dy_row, const i64 (&iw)[NP], i64 kw,
-                               i64 off, const T* absent, const T* (&dp)[NP], bool (&valid)[NP]) {
-    int q0 = 0;  // a real pixel: the block's columns are iw[q0] + (q - q0)*sw
-    while (q0 < NP && iw[q0] < 0) ++q0;
-    if (q0 == NP) return false;
-    const i64 t0 = iw[q0] - q0 * p.sw + p.pl - kw * p.dw;
-    if (t0 % p.sw != 0) return false;
-    const i64 ow0 = t0 / p.sw;  // exact: t0 is a multiple of sw
-    const T* row = dy.row(dy_row) + off;
-    bool any = false;
-    for (int q = 0; q < NP; ++q) {
-      const i64 ow = ow0 + q;
-      if (iw[q] < 0) {
-        valid[q] = absent != nullptr;
-        dp[q] = absent;
-      } else {
-        valid[q] = ow >= 0 && ow < p.OW;
-        dp[q] = valid[q] ? row + ow * p.Co : nullptr;
-      }
-      any |= iw[q] >= 0 && valid[q];
-    }
-    return any;
-  }
 
   // Dense: lanes over BW input channels i of one group. Also every 3-D
   // problem's dx (any group size): depth is folded outermost, (kd, kh, kw, o).
@@ -198,27 +146,48 @@ struct DgradKernels : KernelBase<V> {
     return out;
   }
 
-  // One depthwise dx block (NP pixels of one stride phase x NW vectors of
-  // channels) on private accumulators; lane c folds (kh, kw, m ascending),
-  // skipping taps that reach no output.
+  // Depthwise dx: tap kw sends pixel k of stride phase ph (iw = ph + k*sw) to
+  // dy column cols[ph*KW + kw] + k, or to none (kNoTap): the phase decides
+  // whether a tap reaches, so each problem needs this table once and no
+  // block divides.
+  static constexpr i64 kNoTap = std::numeric_limits<i64>::min();
+  static std::vector<i64> phase_tap_cols(const ConvProblem& p) {
+    std::vector<i64> cols(p.sw * p.KW, kNoTap);
+    for (i64 ph = 0; ph < p.sw; ++ph)
+      for (i64 kw = 0; kw < p.KW; ++kw) {
+        const i64 t = ph + p.pl - kw * p.dw;  // sw * ow of pixel 0, when divisible
+        if (t % p.sw == 0) cols[ph * p.KW + kw] = t / p.sw;
+      }
+    return cols;
+  }
+
+  // One depthwise dx block on private accumulators: pixels k0 + q of one
+  // stride phase (tap columns `cols`, as phase_tap_cols) of an input row whose
+  // tap kh reaches dy row rows[kh] (nullptr: none), NW vectors of channels
+  // from c0. Lane c folds (kh, kw, m ascending) over the taps that reach an
+  // output. Pixels q >= real (past a short row) read zeros, never stored.
   template <int NP, int NW>
   static inline __attribute__((always_inline)) void dgrad_dw_block(Vec (&acc)[NP][NW], const ConvProblem& p,
-                                                                   const Rows<T>& dy, const T* wt, i64 cp, i64 n,
-                                                                   i64 ih, const i64 (&iw)[NP], i64 c0,
-                                                                   const T* absent) {
+                                                                   const T* const* rows, const i64* cols, const T* wt,
+                                                                   i64 cp, i64 k0, int real, i64 c0, const T* zeros) {
     const i64 cog = p.Cog();
     Vec a[NP][NW];
     for (int q = 0; q < NP; ++q)
       for (int j = 0; j < NW; ++j) a[q][j] = V::zero();
     for (i64 kh = 0; kh < p.KH; ++kh) {
-      const i64 oh = dgrad_out_row(p, ih, kh);
-      if (oh < 0) continue;
+      if (!rows[kh]) continue;
       for (i64 kw = 0; kw < p.KW; ++kw) {
+        if (cols[kw] == kNoTap) continue;
         const T* dp[NP];
-        bool valid[NP];
-        if (!dgrad_tap_pixels<NP>(p, dy, n * p.OH + oh, iw, kw, c0, absent, dp, valid)) continue;
-        bool all = true;
-        for (int q = 0; q < NP; ++q) all &= valid[q];
+        bool valid[NP], all = true, any = false;
+        for (int q = 0; q < NP; ++q) {
+          const i64 ow = cols[kw] + k0 + q;
+          valid[q] = q >= real || (ow >= 0 && ow < p.OW);
+          dp[q] = q >= real ? zeros : valid[q] ? rows[kh] + ow * p.Co + c0 : nullptr;
+          all &= valid[q];
+          any |= q < real && valid[q];
+        }
+        if (!any) continue;
         for (i64 m = 0; m < cog; ++m) {
           Vec fv[NW];
           for (int j = 0; j < NW; ++j) fv[j] = V::load(wt + ((kh * p.KW + kw) * cog + m) * cp + c0 + j * kLanes);
@@ -240,14 +209,13 @@ struct DgradKernels : KernelBase<V> {
   // its taps in kw order, and each dy column is loaded once per row.
   template <int NP>
   static inline __attribute__((always_inline)) void dgrad_dw3_block(Vec (&acc)[NP][1], const ConvProblem& p,
-                                                                    const Rows<T>& dy, const T* wt, i64 cp, i64 n,
-                                                                    i64 ih, i64 iw0, i64 c0) {
+                                                                    const T* const* rows, const T* wt, i64 cp, i64 iw0,
+                                                                    i64 c0) {
     Vec a[NP];
     for (int q = 0; q < NP; ++q) a[q] = V::zero();
     for (i64 kh = 0; kh < p.KH; ++kh) {
-      const i64 oh = dgrad_out_row(p, ih, kh);
-      if (oh < 0) continue;
-      const T* d0 = dy.row(n * p.OH + oh) + (iw0 + p.pl - 2) * p.C + c0;
+      if (!rows[kh]) continue;
+      const T* d0 = rows[kh] + (iw0 + p.pl - 2) * p.C + c0;
       Vec fv[3];
       for (int kw = 0; kw < 3; ++kw) fv[kw] = V::load(wt + (kh * 3 + kw) * cp + c0);
 #pragma GCC unroll 64
@@ -264,8 +232,14 @@ struct DgradKernels : KernelBase<V> {
   }
 
   // Depthwise-like (Cg == 1): lanes over input channels c (= groups); lane c
-  // folds over its group's output channels c*cog + m, m ascending. Blocks of
-  // NW vectors; K3: interior blocks take dgrad_dw3_block (NW == 1).
+  // folds over its group's output channels c*cog + m, m ascending. A unit is
+  // one input row: its dy rows are found once, then blocks of NP pixels of
+  // each stride phase (the last one moved back to end at the phase's last
+  // pixel, as PixelBlocks::cols_full) times NW vectors of channels, channel
+  // blocks innermost; K3: interior blocks take dgrad_dw3_block (NW == 1).
+  // Measured (AVX2, one thread, batch 8): 3x3 112x112x32 3.85 -> 3.30 ms,
+  // 3x3/2 112x112x96 13.2 -> 11.2 ms against units of one block each, whose
+  // index divisions cost more than their 72 fmas.
   template <int NP, int NW, bool K3>
   static void dgrad_dw(const ConvProblem& p, const Rows<T>& dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
     constexpr int BD = kLanes * NW;
@@ -278,39 +252,46 @@ struct DgradKernels : KernelBase<V> {
     std::vector<T> dyg;
     if (cog > 1) dyg = group_major(p, dy, cog);
     const Rows<T> dyin = cog > 1 ? rows_of(dyg, p.N * p.OH, p.OW * p.Co) : dy;
-    const PixelBlocks pb(p, NP);
-    const std::vector<T> zeros(p.Co + 2 * kPad, T(0));  // what pixels past the row read
-    const i64 units = p.N * p.H * nb * pb.count();
+    const std::vector<i64> tap_cols = phase_tap_cols(p);
+    const std::vector<T> zeros(p.Co + 2 * kPad, T(0));  // what pixels past a short row read
     const Strides4 xs = dx.s;
-    ex.parallel_for(units, khw * cog * BD * NP, [&](i64 u0, i64 u1) {
+    const i64 row_blocks = p.sw * ceil_div(ceil_div(p.W, p.sw), NP);  // an upper bound, for prefetch slices
+    ex.parallel_for(p.N * p.H, khw * cog * cp * p.W, [&](i64 u0, i64 u1) {
       FpEnvGuard guard;
-      // Channel blocks innermost: consecutive units read consecutive memory.
-      InnerCounter c(u0, nb);
-      i64 wb = 0, ih = 0, n = 0;
-      for (i64 u = u0; u < u1; ++u, c.next()) {
-        if (u == u0 || c.inner == 0) {
-          i64 rem = c.outer;
-          wb = rem % pb.count(); rem /= pb.count();
-          ih = rem % p.H; n = rem / p.H;
+      std::vector<const T*> rows(p.KH);
+      for (i64 u = u0; u < u1; ++u) {
+        const i64 ih = u % p.H, n = u / p.H;
+        for (i64 kh = 0; kh < p.KH; ++kh) {
+          const i64 oh = dgrad_out_row(p, ih, kh);
+          rows[kh] = oh < 0 ? nullptr : dyin.row(n * p.OH + oh);
         }
-        const i64 b = c.inner, c0 = b * BD;
-        // The dy row the next input row adds, a slice per unit (see fprop_dw).
-        const i64 oh_next = dgrad_out_row(p, ih + 1, 0);
-        if (ih + 1 < p.H && oh_next >= 0 && oh_next != dgrad_out_row(p, ih, 0))
-          prefetch_slice(dyin.row(n * p.OH + oh_next), p.OW * p.Co * sizeof(T), wb * nb + b, pb.count() * nb);
-        i64 iw[NP];
-        pb.cols(wb, iw);
-        Vec acc[NP][NW];
-        bool fast = false;  // K3 and every tap of every pixel valid
-        if constexpr (K3) {
-          fast = iw[NP - 1] >= 0 && iw[0] + p.pl - 2 >= 0 && iw[NP - 1] + p.pl < p.OW;
-          if (fast) dgrad_dw3_block<NP>(acc, p, dyin, wt.data(), cp, n, ih, iw[0], c0);
+        // The dy row the next input row adds, prefetched a slice per block (see fprop_dw).
+        const i64 oh_next = ih + 1 < p.H ? dgrad_out_row(p, ih + 1, 0) : -1;
+        const T* next = oh_next >= 0 && oh_next != dgrad_out_row(p, ih, 0) ? dyin.row(n * p.OH + oh_next) : nullptr;
+        i64 blk = 0;
+        for (i64 ph = 0; ph < p.sw && ph < p.W; ++ph) {
+          const i64 count = ceil_div(p.W - ph, p.sw);
+          const i64* cols = tap_cols.data() + ph * p.KW;
+          for (i64 k = 0; k < count; k += NP, ++blk) {
+            const i64 k0 = count >= NP ? std::min(k, count - NP) : k;
+            const int from = int(k - k0), real = int(std::min<i64>(NP, count - k0));
+            for (i64 b = 0; b < nb; ++b) {
+              const i64 c0 = b * BD;
+              if (next) prefetch_slice(next, p.OW * p.Co * sizeof(T), blk * nb + b, row_blocks * nb);
+              Vec acc[NP][NW];
+              bool fast = false;  // K3 (stride 1: iw = k0 + q) and every tap of every pixel valid
+              if constexpr (K3) {
+                fast = real == NP && k0 + p.pl - 2 >= 0 && k0 + NP - 1 + p.pl < p.OW;
+                if (fast) dgrad_dw3_block<NP>(acc, p, rows.data(), wt.data(), cp, k0, c0);
+              }
+              if (!fast) dgrad_dw_block<NP, NW>(acc, p, rows.data(), cols, wt.data(), cp, k0, real, c0, zeros.data());
+              for (int q = from; q < real; ++q)
+                for (int j = 0; j < NW; ++j)
+                  put_lanes(dx, acc[q][j], xs.at(n, ih, ph + (k0 + q) * p.sw, c0 + j * kLanes), xs.c,
+                            p.C - (c0 + j * kLanes));
+            }
+          }
         }
-        if (!fast) dgrad_dw_block<NP, NW>(acc, p, dyin, wt.data(), cp, n, ih, iw, c0,
-                                          absent_pixels_read(iw, zeros.data()));
-        for (int q = 0; q < NP; ++q)
-          for (int j = 0; j < NW; ++j)
-            if (iw[q] >= 0) put_lanes(dx, acc[q][j], xs.at(n, ih, iw[q], c0 + j * kLanes), xs.c, p.C - (c0 + j * kLanes));
       }
     });
   }
@@ -442,14 +423,14 @@ struct DgradKernels : KernelBase<V> {
   }
 
   // The ISA's wide input-gradient tile (DXP pixels x DXW vectors), for groups that fill its vectors.
-  static constexpr int DXP = Base::kWide ? Base::WideTile::kDx[0] : Base::PF;
+  static constexpr int DXP = Base::kWide ? Base::WideTile::kDx[0] : Base::PD;
   static constexpr int DXW = Base::kWide ? Base::WideTile::kDx[1] : NV;
   static bool wide_dx(const ConvProblem& p) { return Base::kWide && p.Cg >= DXW * kLanes; }
 
   static void dgrad(const ConvProblem& p, const Rows<T>& dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
     if (p.D != 1 || p.KD != 1) {  // three spatial dimensions: the depth-aware kernel
       if (wide_dx(p)) dgrad_dense<DXP, DXW>(p, dy, f, dx, ex);
-      else dgrad_dense<Base::PF>(p, dy, f, dx, ex);
+      else dgrad_dense<Base::PD>(p, dy, f, dx, ex);
       return;
     }
     // Pixel lanes when channel lanes would be mostly empty (but not depthwise with many groups).
@@ -466,11 +447,11 @@ struct DgradKernels : KernelBase<V> {
       else dgrad_dw<PW, NV, false>(p, dy, f, dx, ex);
       return;
     }
-    // Measured (AVX-512): PF 8 vs PW 6, dx geomean 0.71 -> 0.83 of oneDNN; rows of 7, 14 or 28 in whole blocks of 7.
-    if (Base::sevens(p.W) && p.sw == 1) dgrad_dense<7>(p, dy, f, dx, ex);
-    else if (wide_dx(p) && ceil_div(p.W, DXP) * DXP - p.W < ceil_div(p.W, Base::PF) * Base::PF - p.W)
+    // Measured (AVX-512): PD 8 vs PW 6, dx geomean 0.71 -> 0.83 of oneDNN; rows of 7, 14 or 28 in whole blocks of 7.
+    if (Base::sevens(p.W, Base::PD) && p.sw == 1) dgrad_dense<7>(p, dy, f, dx, ex);
+    else if (wide_dx(p) && ceil_div(p.W, DXP) * DXP - p.W < ceil_div(p.W, Base::PD) * Base::PD - p.W)
       dgrad_dense<DXP, DXW>(p, dy, f, dx, ex);  // less waste at the row's end
-    else dgrad_dense<Base::PF>(p, dy, f, dx, ex);
+    else dgrad_dense<Base::PD>(p, dy, f, dx, ex);
   }
 
 };

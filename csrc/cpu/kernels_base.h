@@ -54,11 +54,13 @@ struct KernelBase {
   static constexpr int kLanes = V::L, PW = V::kPW, NV = V::kNV, BW = kLanes * NV;
   static constexpr int TI = V::kTI;  // input channels per dense dw register tile
   static constexpr int PF = V::kPF;  // output pixels per dense forward register block
+  static constexpr int PG = V::kPG;  // output pixels per 1x1 GEMM forward register block
+  static constexpr int PD = V::kPD;  // output pixels per dense input-gradient register block
   // Packed filters past this many bytes no longer stream well from L2 (per channel block: the forward
   // pass's memory tile; a whole 1x1 filter: its GEMM path).
   static constexpr i64 kFilterL2Bytes = i64(512) << 10;
-  // Rows of 7, 14 or 28 pixels (not a multiple of 8) fit whole 7-pixel blocks where blocks are 8 wide.
-  static constexpr bool sevens(i64 width) { return PF == 8 && width % 8 != 0 && width % 7 == 0; }
+  // Rows of 7, 14 or 28 pixels (not a multiple of 8) fit whole 7-pixel blocks where blocks (np) are 8 wide.
+  static constexpr bool sevens(i64 width, int np) { return np == 8 && width % 8 != 0 && width % 7 == 0; }
 
   // Writes lanes [0, n) of a vector block to out.put(base + lane*stride).
   // v by value: taking an accumulator's address would pin it to memory and spill in the hot loop.

@@ -4,7 +4,7 @@
 struct VF {
   using T = float;
   using R = __m256;
-  static constexpr int L = 8, kPW = 4, kNV = 2, kTI = 6, kPF = kPW;  // 8 (dw tiles: 12) accumulators of 16 registers
+  static constexpr int L = 8, kPW = 4, kNV = 2, kTI = 6, kPF = kPW, kPG = 6, kPD = kPW;  // 8 (1x1 GEMM: 12, dw tiles: 12) accumulators of 16 registers
   static R zero() { return _mm256_setzero_ps(); }
   static R load(const T* p) { return _mm256_loadu_ps(p); }
   static R load(const Half16* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
@@ -44,7 +44,7 @@ struct VF {
 struct VD {
   using T = double;
   using R = __m256d;
-  static constexpr int L = 4, kPW = 4, kNV = 2, kTI = 4, kPF = kPW;
+  static constexpr int L = 4, kPW = 4, kNV = 2, kTI = 4, kPF = kPW, kPG = kPW, kPD = kPW;
   static R zero() { return _mm256_setzero_pd(); }
   static R load(const T* p) { return _mm256_loadu_pd(p); }
   static void store(T* p, R a) { _mm256_storeu_pd(p, a); }
@@ -66,7 +66,7 @@ struct VD {
 struct VH {
   using T = float;
   using R = __m256;
-  static constexpr int L = 8, kPW = 4, kNV = 2, kTI = 4, kPF = kPW;  // many chains: the emulated fma is latency-bound
+  static constexpr int L = 8, kPW = 4, kNV = 2, kTI = 4, kPF = kPW, kPG = kPW, kPD = kPW;  // many chains: the emulated fma is latency-bound
   static R zero() { return _mm256_setzero_ps(); }
   static R load(const T* p) { return _mm256_loadu_ps(p); }
   static R load(const Half16* p) { return VF::load(p); }

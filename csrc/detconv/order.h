@@ -29,21 +29,15 @@ DC_HD i64 fprop_end_out(const ConvProblem& p, i64 kw) {
 DC_HD i64 fprop_in_dep(const ConvProblem& p, i64 od, i64 kd) { return od * p.sd + kd * p.dd - p.pf; }
 
 // dgrad: output row (column, depth slice) that input row ih reaches through tap kh, or -1 if none.
-DC_HD i64 dgrad_out_row(const ConvProblem& p, i64 ih, i64 kh) {
-  const i64 t = ih + p.pt - kh * p.dh;
-  if (t < 0 || t % p.sh != 0 || t / p.sh >= p.OH) return -1;
-  return t / p.sh;
+// t = s*out exactly, 0 <= out < n; stride 1 skips the two divisions (they dominated small kernels' blocks).
+DC_HD i64 dgrad_out_index(i64 t, i64 s, i64 n) {
+  if (s == 1) return t >= 0 && t < n ? t : -1;
+  if (t < 0 || t % s != 0 || t / s >= n) return -1;
+  return t / s;
 }
-DC_HD i64 dgrad_out_col(const ConvProblem& p, i64 iw, i64 kw) {
-  const i64 t = iw + p.pl - kw * p.dw;
-  if (t < 0 || t % p.sw != 0 || t / p.sw >= p.OW) return -1;
-  return t / p.sw;
-}
-DC_HD i64 dgrad_out_dep(const ConvProblem& p, i64 id, i64 kd) {
-  const i64 t = id + p.pf - kd * p.dd;
-  if (t < 0 || t % p.sd != 0 || t / p.sd >= p.OD) return -1;
-  return t / p.sd;
-}
+DC_HD i64 dgrad_out_row(const ConvProblem& p, i64 ih, i64 kh) { return dgrad_out_index(ih + p.pt - kh * p.dh, p.sh, p.OH); }
+DC_HD i64 dgrad_out_col(const ConvProblem& p, i64 iw, i64 kw) { return dgrad_out_index(iw + p.pl - kw * p.dw, p.sw, p.OW); }
+DC_HD i64 dgrad_out_dep(const ConvProblem& p, i64 id, i64 kd) { return dgrad_out_index(id + p.pf - kd * p.dd, p.sd, p.OD); }
 
 // ------------------------------------------------------------ forward fold
 // y[n,od,oh,ow,o] = round(add(fold_{kd,kh,kw,i} fma(x, f, acc), bias)).
