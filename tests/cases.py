@@ -50,6 +50,9 @@ CASES_2D_KERNELS = [
     ("rows-of-14", (2, 5, 14, 20), (3, 3, 20, 24), 1, 1, "SAME"),  # 7-pixel blocks on AVX-512
     ("wide-groups-dw", (3, 9, 10, 10), (3, 3, 10, 70), 1, 1, "SAME"),  # 6x4 dw tiles on AVX-512, 5 chunks
     ("wide-groups-dx", (2, 4, 19, 70), (3, 3, 70, 12), 1, 1, "SAME"),  # 4x4 dx tiles on AVX-512
+    # 1x1 filter gradient with x packed per i-block (8+ output-channel blocks on AVX2 and AVX-512),
+    # 4 chunks starting mid-row, the last i-block part empty (14 = 6 + 6 + 2).
+    ("1x1-packed-dw", (2, 9, 13, 14), (1, 1, 14, 460), 1, 1, "SAME"),
 ]
 
 # Depthwise 3x3 layers whose float16 x and dy the CPU kernels read in place, widened per vector

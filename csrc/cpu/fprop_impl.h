@@ -331,6 +331,7 @@ struct FpropKernels : KernelBase<V> {
     const std::vector<S> zeros(cop + kPad, S{});
     const i64 owb = ceil_div(p.OW, NP), units = p.N * p.OH * nb * owb;
     const Strides4 ys = y.s;
+    const SlicePrefetch prefetch(p.W * p.Co * sizeof(S), owb * nb);
     ex.parallel_for(units, khw * BD * NP, [&](i64 u0, i64 u1) {
       FpEnvGuard guard;
       // Channel blocks innermost: consecutive units read consecutive memory.
@@ -348,7 +349,7 @@ struct FpropKernels : KernelBase<V> {
         const i64 r0 = std::max<i64>(0, fprop_in_row(p, oh, p.KH - 1) + 1);
         const i64 r1 = std::min<i64>(p.H - 1, fprop_in_row(p, oh + 1, p.KH - 1));
         for (i64 r = r0; r <= r1; ++r)
-          prefetch_slice(xin.row(n * p.H + r), p.W * p.Co * sizeof(S), wb * nb + b, owb * nb);
+          prefetch(xin.row(n * p.H + r), wb * nb + b);
         // Interior blocks: all NP outputs exist and every kw column is inside the row.
         const bool interior = ow0 + NP <= p.OW && fprop_in_col(p, ow0, 0) >= 0 &&
                               fprop_in_col(p, ow0 + NP - 1, p.KW - 1) < p.W;

@@ -181,13 +181,17 @@ struct KernelBase {
     return Rows<S>{v.data(), len, nrows - 1, v.data() + (nrows - 1) * len};
   }
 
-  // Prefetches the k-th of `parts` slices of [base, base + bytes): spread over
-  // the units of one output row, it brings in what the next row needs.
-  static void prefetch_slice(const void* base, i64 bytes, i64 k, i64 parts) {
-    const i64 lines = ceil_div(bytes, 64), per = ceil_div(lines, parts);
-    const char* c = static_cast<const char*>(base);
-    for (i64 l = k * per; l < std::min(lines, (k + 1) * per); ++l) __builtin_prefetch(c + l * 64);
-  }
+  // Prefetches [base, base + bytes) a slice per call, spread over the `parts`
+  // units of one output row: it brings in what the next row needs. Line
+  // counts are found once per problem (no divisions per unit).
+  struct SlicePrefetch {
+    i64 lines, per;
+    SlicePrefetch(i64 bytes, i64 parts) : lines(ceil_div(bytes, 64)), per(ceil_div(ceil_div(bytes, 64), parts)) {}
+    void operator()(const void* base, i64 k) const {
+      const char* c = static_cast<const char*>(base);
+      for (i64 l = k * per, end = std::min(lines, l + per); l < end; ++l) __builtin_prefetch(c + l * 64);
+    }
+  };
 
   // Peak probe: 12 independent fma chains (enough to cover FMA latency x
   // throughput), iters rounds. Returns the flops done.
@@ -226,4 +230,4 @@ struct KernelBase {
   using typename Base::InnerCounter;      \
   using Base::repeat_channels;            \
   using Base::rows_of;                    \
-  using Base::prefetch_slice;
+  using typename Base::SlicePrefetch;
