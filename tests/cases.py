@@ -53,6 +53,7 @@ CASES_2D_KERNELS = [
     # 1x1 filter gradient with x packed per i-block (8+ output-channel blocks on AVX2 and AVX-512),
     # 4 chunks starting mid-row, the last i-block part empty (14 = 6 + 6 + 2).
     ("1x1-packed-dw", (2, 9, 13, 14), (1, 1, 14, 460), 1, 1, "SAME"),
+    ("3x3-packed-dw", (2, 17, 21, 5), (3, 3, 5, 460), (2, 1), 1, "SAME"),  # padded taps packed as +0, 6 chunks
 ]
 
 # Depthwise 3x3 layers whose float16 x and dy the CPU kernels read in place, widened per vector

@@ -112,10 +112,8 @@ struct WgradKernels : KernelBase<V> {
     return p.KH == 1 && p.KW == 1 && p.sh == 1 && p.sw == 1 && p.pt == 0 && p.pl == 0 && p.OH == p.H && p.OW == p.W;
   }
 
-  // Calls fn(e, xp, dyp, n) for the runs of chunk k of a flat_pixels
-  // problem, r ascending: positions e.. e+n-1 of the chunk, whose pixels sit
-  // at xp (stride C) and dyp (stride Co). Rows before each one's last row (a
-  // copy, in Rows) are contiguous, so most of a chunk is one run.
+  // dy_runs (below) for a flat_pixels problem's x and dy together: fn(e, xp,
+  // dyp, n), x pixels at xp (stride C).
   template <class Fn>
   static void flat_runs(const ConvProblem& p, const Chunks& ch, i64 k, const Rows<T>& x, const Rows<T>& dy, Fn&& fn) {
     const i64 begin = ch.begin(k), end = ch.end(k);
@@ -132,46 +130,82 @@ struct WgradKernels : KernelBase<V> {
     }
   }
 
-  // Chunk k's x at channels xoff + t (t < NI; +0 past nc) for a flat_pixels
-  // problem, packed xp[e*NI + t]: the tile's x values in one stream, where
-  // their own rows (a power-of-two stride apart) would share a few L1 sets.
-  template <int NI>
-  static void pack_flat_x(const ConvProblem& p, const Chunks& ch, i64 k, const Rows<T>& x, const Rows<T>& dy, i64 xoff,
-                          i64 nc, T* xp) {
-    flat_runs(p, ch, k, x, dy, [&](i64 e0, const T* xr, const T*, i64 n) {
-      for (i64 e = 0; e < n; ++e)
-        for (int t = 0; t < NI; ++t) xp[(e0 + e) * NI + t] = t < nc ? xr[e * p.C + xoff + t] : T(0);
-    });
+  // Calls fn(e, d, n) for chunk k's positions in runs whose dy pixels are
+  // contiguous from d (stride Co), r ascending, e = r - begin: rows before
+  // dy's last row (a copy, in Rows) follow each other.
+  template <class Fn>
+  static void dy_runs(const ConvProblem& p, const Chunks& ch, i64 k, const Rows<T>& dy, Fn&& fn) {
+    const i64 begin = ch.begin(k), end = ch.end(k);
+    i64 r = begin;
+    if (!dy.table) {
+      const i64 flat_end = std::min(end, dy.last * p.OW);
+      if (flat_end > r) fn(i64(0), dy.base + r * p.Co, flat_end - r);
+      r = std::max(r, flat_end);
+    }
+    while (r < end) {  // then one row at a time
+      const i64 row = r / p.OW, ow = r % p.OW, seg = std::min(end - r, p.OW - ow);
+      fn(r - begin, dy.row(row) + ow * p.Co, seg);
+      r += seg;
+    }
   }
 
-  // wgrad_dense_fold for flat_pixels problems: the same fold, one run per
-  // chunk instead of one per output row (a 7-pixel row cost more to set up
-  // than its fmas). x at channels xoff.. of its rows, or packed by
-  // pack_flat_x (xpack != nullptr).
-  // Measured (AVX2, one thread, batch 8): 1x1 7x7 2048->512 dw 21.3 -> 18.2
-  // ms (runs) -> 12.4 ms (packed x); 1x1 56x56 64->256 18.3 -> 14.0 ms.
+  // Chunk k's x for tap (kh, kw) at channels xoff + t, packed xp[e*NI + t]
+  // (e = r - begin): +0 at padded positions (the contract folds them as
+  // fma(+0, dy, acc), here literally) and past nc. One stream for the tile,
+  // where x's own pixels (a power-of-two stride apart) would share a few L1
+  // sets, and no per-row set-up in the fold.
+  template <int NI>
+  static void pack_x(const ConvProblem& p, const Chunks& ch, i64 k, i64 kh, i64 kw, const Rows<T>& x, i64 xoff,
+                     i64 nc, T* xp) {
+    i64 n, oh, ow;
+    split_r(p, ch.begin(k), n, oh, ow);
+    for (i64 r = ch.begin(k), end = ch.end(k); r < end; ow = 0, oh = oh + 1 == p.OH ? 0 : oh + 1, n += oh == 0) {
+      const i64 seg = std::min(end - r, p.OW - ow);
+      const i64 ih = fprop_in_row(p, oh, kh), iw0 = fprop_in_col(p, ow, kw);
+      const T* xr = ih >= 0 && ih < p.H ? x.row(n * p.H + ih) + xoff : nullptr;
+      for (i64 e = 0; e < seg; ++e, xp += NI) {
+        const i64 iw = iw0 + e * p.sw;
+        const T* src = xr && iw >= 0 && iw < p.W ? xr + iw * p.C : nullptr;
+        for (int t = 0; t < NI; ++t) xp[t] = src && t < nc ? src[t] : T(0);
+      }
+      r += seg;
+    }
+  }
+
+  // n positions of a tile's fold: x at xq (stride xstep), dy at d (stride Co).
   template <int NI, int NW>
-  static inline __attribute__((always_inline)) void wgrad_flat_fold(Vec (&acc)[NI][NW], const ConvProblem& p,
-                                                                    const Chunks& ch, i64 k, const Rows<T>& x,
-                                                                    i64 xoff, const T* xpack, const Rows<T>& dy,
-                                                                    i64 dyoff) {
+  static inline __attribute__((always_inline)) void fold_run(Vec (&a)[NI][NW], const T* xq, i64 xstep, const T* d,
+                                                             i64 Co, i64 n) {
+    for (i64 e = 0; e < n; ++e, xq += xstep, d += Co) {
+      __builtin_prefetch(d + kAheadR * Co);
+      Vec dv[NW];
+      for (int j = 0; j < NW; ++j) dv[j] = V::load(d + j * kLanes);
+      for (int t = 0; t < NI; ++t) {
+        const Vec xv = V::bcast(xq[t]);
+        for (int j = 0; j < NW; ++j) a[t][j] = V::fma(xv, dv[j], a[t][j]);
+      }
+    }
+  }
+
+  // wgrad_dense_fold in runs instead of one output row segment at a time (a
+  // 7-pixel row cost more to set up than its fmas): x packed by pack_x
+  // (xpack), or for flat_pixels problems read in place (xpack == nullptr).
+  // Measured (AVX2, one thread, batch 8): 1x1 7x7 2048->512 dw 21.3 -> 18.2
+  // ms (runs) -> 12.4 ms (packed x); 1x1 56x56 64->256 18.3 -> 14.0 ms;
+  // 3x3 14x14 256->256 29.3 -> 22.8 ms, 3x3 7x7 512->512 39.3 -> 30.2 ms.
+  template <int NI, int NW>
+  static inline __attribute__((always_inline)) void wgrad_run_fold(Vec (&acc)[NI][NW], const ConvProblem& p,
+                                                                   const Chunks& ch, i64 k, const Rows<T>& x,
+                                                                   i64 xoff, const T* xpack, const Rows<T>& dy,
+                                                                   i64 dyoff) {
     Vec a[NI][NW];
     for (int t = 0; t < NI; ++t)
       for (int j = 0; j < NW; ++j) a[t][j] = V::zero();
-    const i64 xstep = xpack ? NI : p.C;
-    flat_runs(p, ch, k, x, dy, [&](i64 e0, const T* xr, const T* d, i64 n) {
-      const T* xq = xpack ? xpack + e0 * NI : xr + xoff;
-      d += dyoff;
-      for (i64 e = 0; e < n; ++e, xq += xstep, d += p.Co) {
-        __builtin_prefetch(d + kAheadR * p.Co);
-        Vec dv[NW];
-        for (int j = 0; j < NW; ++j) dv[j] = V::load(d + j * kLanes);
-        for (int t = 0; t < NI; ++t) {
-          const Vec xv = V::bcast(xq[t]);
-          for (int j = 0; j < NW; ++j) a[t][j] = V::fma(xv, dv[j], a[t][j]);
-        }
-      }
-    });
+    if (xpack)
+      dy_runs(p, ch, k, dy, [&](i64 e0, const T* d, i64 n) { fold_run<NI, NW>(a, xpack + e0 * NI, NI, d + dyoff, p.Co, n); });
+    else
+      flat_runs(p, ch, k, x, dy,
+                [&](i64, const T* xr, const T* d, i64 n) { fold_run<NI, NW>(a, xr + xoff, p.C, d + dyoff, p.Co, n); });
     for (int t = 0; t < NI; ++t)
       for (int j = 0; j < NW; ++j) acc[t][j] = a[t][j];
   }
@@ -187,7 +221,7 @@ struct WgradKernels : KernelBase<V> {
     const i64 units = ch.P * p.G * nb * p.KH * p.KW * ib;
     const bool flat = flat_pixels(p);
     // Packing x costs about one unit's fmas; it pays where many o-blocks share it.
-    const bool pack = flat && nb >= 8;
+    const bool pack = nb >= 8;
     ex.parallel_for(units, ch.L * NI * BW, [&](i64 u0, i64 u1) {
       FpEnvGuard guard;
       alignas(64) T tmp[kLanes];
@@ -217,9 +251,9 @@ struct WgradKernels : KernelBase<V> {
         }
         const i64 i0 = bi * NI, o0 = g * cog + b * BW;
         Vec acc[NI][NW];
-        if (flat) {
-          if (pack && (u == u0 || b == 0)) pack_flat_x<NI>(p, ch, k, x, dy, g * p.Cg + i0, p.Cg - i0, xpack.data());
-          wgrad_flat_fold<NI, NW>(acc, p, ch, k, x, g * p.Cg + i0, pack ? xpack.data() : nullptr, dy, o0);
+        if (pack || flat) {
+          if (pack && (u == u0 || b == 0)) pack_x<NI>(p, ch, k, kh, kw, x, g * p.Cg + i0, p.Cg - i0, xpack.data());
+          wgrad_run_fold<NI, NW>(acc, p, ch, k, x, g * p.Cg + i0, pack ? xpack.data() : nullptr, dy, o0);
         } else {
           wgrad_dense_fold<NI, NW>(acc, p, ch, k, kh, kw, x, g * p.Cg + i0, dy, o0);
         }
