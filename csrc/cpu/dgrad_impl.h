@@ -496,10 +496,6 @@ struct DgradKernels : KernelBase<V> {
     });
   }
 
-  // Depthwise 3-wide stride-1 dx blocks: 8 pixels of one 64-byte vector, or 4
-  // pixels of two 32-byte ones (whole cache lines per pixel; measured AVX2, one
-  // thread: 3x3 56x56x144 dx 4.5 -> 3.7 ms, 28x28x192 1.87 -> 1.24 ms against 8x1).
-  static constexpr int DW3W = sizeof(Vec) >= 64 ? 1 : 2, DW3P = 8 / DW3W;
   // The ISA's wide input-gradient tile (DXP pixels x DXW vectors), for groups that fill its vectors.
   static constexpr int DXP = Base::kWide ? Base::WideTile::kDx[0] : Base::PD;
   static constexpr int DXW = Base::kWide ? Base::WideTile::kDx[1] : NV;
@@ -521,7 +517,7 @@ struct DgradKernels : KernelBase<V> {
       }
     }
     if (p.Cg == 1) {
-      if (p.KW == 3 && p.dw == 1 && p.sw == 1 && p.Cog() == 1) dgrad_dw<DW3P, DW3W, true>(p, dy, f, dx, ex);
+      if (p.KW == 3 && p.dw == 1 && p.sw == 1 && p.Cog() == 1) dgrad_dw<8 / DW3W, DW3W, true>(p, dy, f, dx, ex);
       else dgrad_dw<PW, NV, false>(p, dy, f, dx, ex);
       return;
     }

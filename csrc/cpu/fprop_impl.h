@@ -282,37 +282,42 @@ struct FpropKernels : KernelBase<V> {
   // SW, one vector of channels: each input column is loaded once per row kh
   // and used by every output that meets it. Output q meets column c = q*SW + kw,
   // so sweeping c upwards still gives each output its taps in kw order.
-  template <int NP, int SW, class S>
-  static inline __attribute__((always_inline)) void fprop_dw3_block(Vec (&acc)[NP][1], const ConvProblem& p,
+  template <int NP, int NW, int SW, class S>
+  static inline __attribute__((always_inline)) void fprop_dw3_block(Vec (&acc)[NP][NW], const ConvProblem& p,
                                                                     const Rows<S>& x, i64 xs, const T* wp, i64 cop,
                                                                     const S* zeros, i64 n, i64 oh, i64 ow0, i64 o0) {
     constexpr int NC = (NP - 1) * SW + 3;
-    Vec a[NP];
-    for (int q = 0; q < NP; ++q) a[q] = V::zero();
+    Vec a[NP][NW];
+    for (int q = 0; q < NP; ++q)
+      for (int j = 0; j < NW; ++j) a[q][j] = V::zero();
     for (i64 kh = 0; kh < p.KH; ++kh) {
       const i64 ih = fprop_in_row(p, oh, kh);
       const bool row_in = ih >= 0 && ih < p.H;
       // A padded row is fmas with +0 (the contract): the zero vector, column stride 0.
       const S* x0 = row_in ? x.row(n * p.H + ih) + fprop_in_col(p, ow0, 0) * xs + o0 : zeros;
       const i64 cs = row_in ? xs : 0;
-      Vec fv[3];
-      for (int kw = 0; kw < 3; ++kw) fv[kw] = V::load(wp + (kh * 3 + kw) * cop + o0);
+      Vec fv[3][NW];
+      for (int kw = 0; kw < 3; ++kw)
+        for (int j = 0; j < NW; ++j) fv[kw][j] = V::load(wp + (kh * 3 + kw) * cop + o0 + j * kLanes);
 #pragma GCC unroll 64
       for (int c = 0; c < NC; ++c) {
-        const Vec xv = V::load(x0 + c * cs);
+        for (int j = 0; j < NW; ++j) {
+          const Vec xv = V::load(x0 + c * cs + j * kLanes);
 #pragma GCC unroll 3
-        for (int kw = 0; kw < 3; ++kw) {
-          const int d = c - kw;
-          if (d >= 0 && d % SW == 0 && d / SW < NP) a[d / SW] = V::fma(xv, fv[kw], a[d / SW]);
+          for (int kw = 0; kw < 3; ++kw) {
+            const int d = c - kw;
+            if (d >= 0 && d % SW == 0 && d / SW < NP) a[d / SW][j] = V::fma(xv, fv[kw][j], a[d / SW][j]);
+          }
         }
       }
     }
-    for (int q = 0; q < NP; ++q) acc[q][0] = a[q];
+    for (int q = 0; q < NP; ++q)
+      for (int j = 0; j < NW; ++j) acc[q][j] = a[q][j];
   }
 
   // Depthwise-like (Cg == 1): lanes over output channels across groups; lane o
   // reads input channel o / cog. Each fold is over (kh, kw) only. Blocks of
-  // NW vectors; SW > 0: interior blocks take fprop_dw3_block (NW == 1).
+  // NW vectors; SW > 0: interior blocks take fprop_dw3_block.
   // S: x's element type (Half16 only with cog == 1: see half_direct).
   template <int NP, int NW, int SW, class S = T>
   static void fprop_dw(const ConvProblem& p, const Rows<S>& x, const T* f, const T* bias, const OutSpec& y,
@@ -355,7 +360,7 @@ struct FpropKernels : KernelBase<V> {
                               fprop_in_col(p, ow0 + NP - 1, p.KW - 1) < p.W;
         Vec acc[NP][NW];
         if constexpr (SW > 0) {
-          if (interior) fprop_dw3_block<NP, SW, S>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0);
+          if (interior) fprop_dw3_block<NP, NW, SW, S>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0);
           else fprop_dw_block<NP, NW, S>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0, false);
         } else {
           fprop_dw_block<NP, NW, S>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0, interior);
@@ -376,8 +381,8 @@ struct FpropKernels : KernelBase<V> {
   static bool fprop_dw3(const ConvProblem& p, const Rows<S>& x, const T* f, const T* bias, const OutSpec& y,
                         const CpuExecutor& ex) {
     if (p.KW != 3 || p.dw != 1 || (p.sw != 1 && p.sw != 2)) return false;
-    if (p.sw == 1) fprop_dw<8, 1, 1, S>(p, x, f, bias, y, ex);
-    else fprop_dw<6, 1, 2, S>(p, x, f, bias, y, ex);
+    if (p.sw == 1) fprop_dw<8 / DW3W, DW3W, 1, S>(p, x, f, bias, y, ex);
+    else fprop_dw<6 / DW3W, DW3W, 2, S>(p, x, f, bias, y, ex);
     return true;
   }
 

@@ -56,6 +56,10 @@ struct KernelBase {
   static constexpr int PF = V::kPF;  // output pixels per dense forward register block
   static constexpr int PG = V::kPG;  // output pixels per 1x1 GEMM forward register block
   static constexpr int PD = V::kPD;  // output pixels per dense input-gradient register block
+  // Vectors per depthwise 3x3 block (forward and dx): one 64-byte vector, or two 32-byte ones, so a
+  // block writes whole cache lines per pixel (AVX2, one thread: 3x3 28x28x192 fwd 1.6 -> 1.15 ms,
+  // dx 1.87 -> 1.24 ms; 56x56x144 dx 4.5 -> 3.7 ms).
+  static constexpr int DW3W = sizeof(Vec) >= 64 ? 1 : 2;
   // Packed filters past this many bytes no longer stream well from L2 (per channel block: the forward
   // pass's memory tile; a whole 1x1 filter: its GEMM path).
   static constexpr i64 kFilterL2Bytes = i64(512) << 10;
@@ -226,6 +230,7 @@ struct KernelBase {
   using typename Base::Vec;               \
   using Base::kLanes;                     \
   using Base::PW;                         \
+  using Base::DW3W;                       \
   using Base::NV;                         \
   using Base::BW;                         \
   using Base::TI;                         \
