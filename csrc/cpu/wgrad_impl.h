@@ -149,24 +149,55 @@ struct WgradKernels : KernelBase<V> {
     }
   }
 
-  // Chunk k's x for tap (kh, kw) at channels xoff + t, packed xp[e*NI + t]
-  // (e = r - begin): +0 at padded positions (the contract folds them as
-  // fma(+0, dy, acc), here literally) and past nc. One stream for the tile,
-  // where x's own pixels (a power-of-two stride apart) would share a few L1
-  // sets, and no per-row set-up in the fold.
-  template <int NI>
-  static void pack_x(const ConvProblem& p, const Chunks& ch, i64 k, i64 kh, i64 kw, const Rows<T>& x, i64 xoff,
-                     i64 nc, T* xp) {
+  // The filter elements (kh, kw[t], i[t]) of a dense dw tile's NI rows, t <
+  // n: NI channels of one tap, or, with `joint` (one group, no width
+  // dilation, fewer channels than NI: stems), NI consecutive (kw, i) pairs of
+  // one filter row, which would otherwise leave most of each tile past Cg.
+  // Row t's x sits off[t] elements past its position's column-0 pixel.
+  template <int NI, bool joint>
+  struct TileRows {
+    i64 kw[NI], i[NI], off[NI], kw_lo, kw_hi;
+    int n = 0;
+    TileRows() = default;
+    TileRows(const ConvProblem& p, i64 kw0, i64 bi) {
+      const i64 j0 = bi * NI, count = joint ? p.KW * p.Cg : p.Cg;
+      for (int t = 0; t < NI; ++t) {
+        const i64 j = std::min(j0 + t, count - 1);  // rows past the end repeat the last (never stored)
+        kw[t] = joint ? j / p.Cg : kw0;
+        i[t] = joint ? j % p.Cg : j;
+        off[t] = kw[t] * p.dw * p.C + i[t];
+        n += j0 + t < count;
+      }
+      kw_lo = kw[0];
+      kw_hi = kw[NI - 1];
+    }
+  };
+
+  // Chunk k's x for filter row kh and the tile rows `rows` (channels from
+  // xoff), packed xp[e*NI + t] (e = r - begin): +0 at padded positions (the
+  // contract folds them as fma(+0, dy, acc), here literally). One stream for
+  // the tile, where x's own pixels (a power-of-two stride apart) would share
+  // a few L1 sets, and no per-row set-up in the fold.
+  template <int NI, bool joint>
+  static void pack_x(const ConvProblem& p, const Chunks& ch, i64 k, i64 kh, const TileRows<NI, joint>& rows,
+                     const Rows<T>& x, i64 xoff, T* xp) {
     i64 n, oh, ow;
     split_r(p, ch.begin(k), n, oh, ow);
     for (i64 r = ch.begin(k), end = ch.end(k); r < end; ow = 0, oh = oh + 1 == p.OH ? 0 : oh + 1, n += oh == 0) {
       const i64 seg = std::min(end - r, p.OW - ow);
-      const i64 ih = fprop_in_row(p, oh, kh), iw0 = fprop_in_col(p, ow, kw);
+      const i64 ih = fprop_in_row(p, oh, kh), c0 = fprop_in_col(p, ow, 0);
       const T* xr = ih >= 0 && ih < p.H ? x.row(n * p.H + ih) + xoff : nullptr;
       for (i64 e = 0; e < seg; ++e, xp += NI) {
-        const i64 iw = iw0 + e * p.sw;
-        const T* src = xr && iw >= 0 && iw < p.W ? xr + iw * p.C : nullptr;
-        for (int t = 0; t < NI; ++t) xp[t] = src && t < nc ? src[t] : T(0);
+        const i64 c = c0 + e * p.sw;  // column of tap 0
+        if (xr && c + rows.kw_lo * p.dw >= 0 && c + rows.kw_hi * p.dw < p.W) {
+          const T* src = xr + c * p.C;
+          for (int t = 0; t < NI; ++t) xp[t] = src[rows.off[t]];
+        } else {
+          for (int t = 0; t < NI; ++t) {
+            const i64 iw = c + rows.kw[t] * p.dw;
+            xp[t] = xr && iw >= 0 && iw < p.W ? xr[iw * p.C + rows.i[t]] : T(0);
+          }
+        }
       }
       r += seg;
     }
@@ -213,26 +244,29 @@ struct WgradKernels : KernelBase<V> {
   // Dense: lanes over BW = NW vectors of output channels of one group, NI
   // consecutive i of one (kh, kw) tap in registers; the fold runs over r
   // inside one chunk.
-  template <int NI, int NW>
+  template <int NI, int NW, bool joint = false>
   static void wgrad_dense(const ConvProblem& p, const Chunks& ch, const Rows<T>& x, const Rows<T>& dy, T* parts,
                           const CpuExecutor& ex) {
     constexpr int BW = kLanes * NW;
-    const i64 cog = p.Cog(), nb = ceil_div(cog, BW), ib = ceil_div(p.Cg, NI), F = p.filter_elems();
-    const i64 units = ch.P * p.G * nb * p.KH * p.KW * ib;
+    const i64 cog = p.Cog(), nb = ceil_div(cog, BW), F = p.filter_elems();
+    const i64 kwn = joint ? 1 : p.KW, ib = ceil_div(joint ? p.KW * p.Cg : p.Cg, NI);  // tiles per filter row: kwn * ib
+    const i64 units = ch.P * p.G * nb * p.KH * kwn * ib;
     const bool flat = flat_pixels(p);
-    // Packing x costs about one unit's fmas; it pays where many o-blocks share it.
-    const bool pack = nb >= 8;
+    // Packing x costs about one unit's fmas; it pays where many o-blocks share
+    // it (and joint tiles need it).
+    const bool pack = nb >= 8 || joint;
     ex.parallel_for(units, ch.L * NI * BW, [&](i64 u0, i64 u1) {
       FpEnvGuard guard;
       alignas(64) T tmp[kLanes];
-      std::vector<T> xpack(pack ? ch.L * NI : 0);  // this i-block's x (b == 0 fills it)
+      std::vector<T> xpack(pack ? ch.L * NI : 0);  // this tile's x (b == 0 fills it)
+      TileRows<NI, joint> rows;
       // Unit u = ((((k*G + g)*KH + kh)*KW + kw)*ib + bi)*nb + b, decoded once and then counted
       // up. Output-channel blocks innermost: one i-block's x values stay in L1 while the
       // chunk's dy rows (all channels) stay in L2.
       i64 rem = u0;
       i64 b = rem % nb; rem /= nb;
       i64 bi = rem % ib; rem /= ib;
-      i64 kw = rem % p.KW; rem /= p.KW;
+      i64 kw = rem % kwn; rem /= kwn;
       i64 kh = rem % p.KH; rem /= p.KH;
       i64 g = rem % p.G, k = rem / p.G;
       for (i64 u = u0; u < u1; ++u) {
@@ -240,7 +274,7 @@ struct WgradKernels : KernelBase<V> {
           b = 0;
           if (++bi == ib) {
             bi = 0;
-            if (++kw == p.KW) {
+            if (++kw == kwn) {
               kw = 0;
               if (++kh == p.KH) {
                 kh = 0;
@@ -250,19 +284,22 @@ struct WgradKernels : KernelBase<V> {
           }
         }
         const i64 i0 = bi * NI, o0 = g * cog + b * BW;
+        if (pack && (u == u0 || b == 0)) {  // a new tile: the o-blocks after it share its x
+          rows = TileRows<NI, joint>(p, kw, bi);
+          pack_x<NI, joint>(p, ch, k, kh, rows, x, g * p.Cg, xpack.data());
+        }
         Vec acc[NI][NW];
         if (pack || flat) {
-          if (pack && (u == u0 || b == 0)) pack_x<NI>(p, ch, k, kh, kw, x, g * p.Cg + i0, p.Cg - i0, xpack.data());
           wgrad_run_fold<NI, NW>(acc, p, ch, k, x, g * p.Cg + i0, pack ? xpack.data() : nullptr, dy, o0);
         } else {
           wgrad_dense_fold<NI, NW>(acc, p, ch, k, kh, kw, x, g * p.Cg + i0, dy, o0);
         }
         for (int t = 0; t < NI; ++t)
           for (int j = 0; j < NW; ++j) {
-            if (i0 + t >= p.Cg) continue;
+            if (t >= (joint ? rows.n : p.Cg - i0)) continue;
             const i64 ol0 = b * BW + j * kLanes;
-            T* dst = parts + k * F + ((kh * p.KW + kw) * p.Cg + i0 + t) * p.Co + g * cog + ol0;
-            store_lanes(dst, acc[t][j], cog - ol0, tmp);
+            const i64 e = joint ? (kh * p.KW + rows.kw[t]) * p.Cg + rows.i[t] : (kh * p.KW + kw) * p.Cg + i0 + t;
+            store_lanes(parts + k * F + e * p.Co + g * cog + ol0, acc[t][j], cog - ol0, tmp);
           }
       }
     });
@@ -458,6 +495,7 @@ struct WgradKernels : KernelBase<V> {
       if (dw33(p) && p.sw == 1) wgrad_dw33<1, T>(p, ch, x, dy, parts, ex);
       else if (dw33(p)) wgrad_dw33<2, T>(p, ch, x, dy, parts, ex);
       else if (p.Cg == 1 && p.Cog() < kLanes) wgrad_dw(p, ch, x, dy, parts, ex);
+      else if (p.G == 1 && p.dw == 1 && p.Cg < TI && p.KW > 1) wgrad_dense<TI, NV, true>(p, ch, x, dy, parts, ex);
       else if (Base::kWide && p.Cog() >= WW * kLanes) wgrad_dense<WI, WW>(p, ch, x, dy, parts, ex);
       else wgrad_dense<TI, NV>(p, ch, x, dy, parts, ex);
     });
