@@ -386,3 +386,33 @@ def test_large_pointwise_gemm_path(rng, dtype, accumulation):
             assert_bits_equal(K.conv2d(x, f, bias=b, accumulation=accumulation), want, f"{isa} forward")
     finally:
         K.set_cpu_isa(before)
+
+
+# Filters past 1 MiB (float32) reorder the dense forward and input-gradient units (channel blocks outermost);
+# a 1x1 dx past 512 KiB keeps the dense kernel (below it, dx runs as the forward GEMM of dy with the filter
+# transposed). Unit order never changes bits: every pass against the reference, every ISA path.
+LARGE_FILTER_CASES = [
+    ("3x3-1.5MiB", (2, 4, 5, 256), (3, 3, 256, 160), 1, "SAME"),
+    ("1x1-566KiB", (2, 3, 5, 520), (1, 1, 520, 272), 1, "VALID"),
+    ("1x1-s2-566KiB", (1, 5, 6, 520), (1, 1, 520, 272), 2, "SAME"),
+]
+
+
+@pytest.mark.parametrize("case", LARGE_FILTER_CASES, ids=[c[0] for c in LARGE_FILTER_CASES])
+def test_large_filters_every_pass(rng, case):
+    _, x_shape, f_shape, s, padding = case
+    x = rand(rng, x_shape, "float32", 1.0)
+    f = rand(rng, f_shape, "float32", 1.0 / 16)
+    want_y = ref.conv2d(x, f, s, padding)
+    dy = rand(rng, want_y.shape, "float32", 1.0)
+    want_dx = ref.conv2d_backprop_input(dy, f, x.shape, s, padding)
+    want_dw = ref.conv2d_backprop_filter(x, dy, f.shape, s, padding)
+    before = K.cpu_isa()
+    try:
+        for isa in _isas():
+            K.set_cpu_isa(isa)
+            assert_bits_equal(K.conv2d(x, f, s, padding), want_y, f"{isa} forward")
+            assert_bits_equal(K.conv2d_backprop_input(dy, f, x.shape, s, padding), want_dx, f"{isa} dx")
+            assert_bits_equal(K.conv2d_backprop_filter(x, dy, f.shape, s, padding), want_dw, f"{isa} dw")
+    finally:
+        K.set_cpu_isa(before)
