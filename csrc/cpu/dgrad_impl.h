@@ -178,7 +178,9 @@ struct DgradKernels : KernelBase<V> {
   // tap kh reaches dy row rows[kh] (nullptr: none), NW vectors of channels
   // from c0. Lane c folds (kh, kw, m ascending) over the taps that reach an
   // output. Pixels q >= real (past a short row) read zeros, never stored.
-  template <int NP, int NW>
+  // kInner: all NP pixels are real and every tap reaches a dy column inside
+  // the row, so no pixel is checked (any stride and filter width).
+  template <int NP, int NW, bool kInner>
   static inline __attribute__((always_inline)) void dgrad_dw_block(Vec (&acc)[NP][NW], const ConvProblem& p,
                                                                    const T* const* rows, const i64* cols, const T* wt,
                                                                    i64 cp, i64 k0, int real, i64 c0, const T* zeros) {
@@ -190,52 +192,26 @@ struct DgradKernels : KernelBase<V> {
       if (!rows[kh]) continue;
       for (i64 kw = 0; kw < p.KW; ++kw) {
         if (cols[kw] == kNoTap) continue;
+        const T* d0 = kInner ? rows[kh] + (cols[kw] + k0) * p.Co + c0 : nullptr;  // pixel q at d0 + q*Co
         const T* dp[NP];
-        bool valid[NP], all = true, any = false;
-        for (int q = 0; q < NP; ++q) {
-          const i64 ow = cols[kw] + k0 + q;
-          valid[q] = q >= real || (ow >= 0 && ow < p.OW);
-          dp[q] = q >= real ? zeros : valid[q] ? rows[kh] + ow * p.Co + c0 : nullptr;
-          all &= valid[q];
-          any |= q < real && valid[q];
-        }
+        bool valid[NP], all = true, any = kInner;
+        if constexpr (!kInner)
+          for (int q = 0; q < NP; ++q) {
+            const i64 ow = cols[kw] + k0 + q;
+            valid[q] = q >= real || (ow >= 0 && ow < p.OW);
+            dp[q] = q >= real ? zeros : valid[q] ? rows[kh] + ow * p.Co + c0 : nullptr;
+            all &= valid[q];
+            any |= q < real && valid[q];
+          }
         if (!any) continue;
         for (i64 m = 0; m < cog; ++m) {
           Vec fv[NW];
           for (int j = 0; j < NW; ++j) fv[j] = V::load(wt + ((kh * p.KW + kw) * cog + m) * cp + c0 + j * kLanes);
           for (int q = 0; q < NP; ++q) {
-            if (!all && !valid[q]) continue;
-            for (int j = 0; j < NW; ++j) a[q][j] = V::fma(V::load(dp[q] + m * p.C + j * kLanes), fv[j], a[q][j]);
+            if (!kInner && !all && !valid[q]) continue;
+            const T* src = kInner ? d0 + q * p.Co : dp[q];
+            for (int j = 0; j < NW; ++j) a[q][j] = V::fma(V::load(src + m * p.C + j * kLanes), fv[j], a[q][j]);
           }
-        }
-      }
-    }
-    for (int q = 0; q < NP; ++q)
-      for (int j = 0; j < NW; ++j) acc[q][j] = a[q][j];
-  }
-
-  // dgrad_dw_block for a block whose NP pixels are all real and whose every
-  // tap reaches a dy column inside the row (and a row, where rows[kh] is set):
-  // the same fold without per-pixel checks. Any stride and filter width.
-  template <int NP, int NW>
-  static inline __attribute__((always_inline)) void dgrad_dw_inner_block(Vec (&acc)[NP][NW], const ConvProblem& p,
-                                                                         const T* const* rows, const i64* cols,
-                                                                         const T* wt, i64 cp, i64 k0, i64 c0) {
-    const i64 cog = p.Cog();
-    Vec a[NP][NW];
-    for (int q = 0; q < NP; ++q)
-      for (int j = 0; j < NW; ++j) a[q][j] = V::zero();
-    for (i64 kh = 0; kh < p.KH; ++kh) {
-      if (!rows[kh]) continue;
-      for (i64 kw = 0; kw < p.KW; ++kw) {
-        if (cols[kw] == kNoTap) continue;
-        const T* d = rows[kh] + (cols[kw] + k0) * p.Co + c0;
-        const T* w = wt + (kh * p.KW + kw) * cog * cp + c0;
-        for (i64 m = 0; m < cog; ++m) {
-          Vec fv[NW];
-          for (int j = 0; j < NW; ++j) fv[j] = V::load(w + m * cp + j * kLanes);
-          for (int q = 0; q < NP; ++q)
-            for (int j = 0; j < NW; ++j) a[q][j] = V::fma(V::load(d + q * p.Co + m * p.C + j * kLanes), fv[j], a[q][j]);
         }
       }
     }
@@ -333,7 +309,7 @@ struct DgradKernels : KernelBase<V> {
         const i64 oh_next = ih + 1 < p.H ? dgrad_out_row(p, ih + 1, 0) : -1;
         const T* next = oh_next >= 0 && oh_next != oh_first ? dyin.row(n * p.OH + oh_next) : nullptr;
         // Block k of every phase before block k + NP of any: the stores sweep
-        // the row once instead of once per phase. With dgrad_dw_inner_block
+        // the row once instead of once per phase. With interior blocks (kInner)
         // and the phase counts above (no division per block), one thread,
         // batch 8, 3x3/2 112x112x96: AVX2 10.3 -> 7.4 ms, AVX-512 8.6 -> 6.3 ms.
         i64 blk = 0;
@@ -355,9 +331,9 @@ struct DgradKernels : KernelBase<V> {
               }
               if (!fast) {
                 if (real == NP && k0 + lo[ph] >= 0 && k0 + NP - 1 + hi[ph] < p.OW)
-                  dgrad_dw_inner_block<NP, NW>(acc, p, rows.data(), cols, wt.data(), cp, k0, c0);
+                  dgrad_dw_block<NP, NW, true>(acc, p, rows.data(), cols, wt.data(), cp, k0, real, c0, zeros.data());
                 else
-                  dgrad_dw_block<NP, NW>(acc, p, rows.data(), cols, wt.data(), cp, k0, real, c0, zeros.data());
+                  dgrad_dw_block<NP, NW, false>(acc, p, rows.data(), cols, wt.data(), cp, k0, real, c0, zeros.data());
               }
               for (int q = from; q < real; ++q)
                 for (int j = 0; j < NW; ++j)
