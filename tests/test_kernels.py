@@ -416,3 +416,20 @@ def test_large_filters_every_pass(rng, case):
             assert_bits_equal(K.conv2d_backprop_filter(x, dy, f.shape, s, padding), want_dw, f"{isa} dw")
     finally:
         K.set_cpu_isa(before)
+
+
+def test_packed_filter_gradient_3d(rng):
+    # 3-D filter gradients run as 2-D problems over a table of x rows (depth as rows); with 8+ output-channel
+    # blocks (AVX2: 128+ channels, AVX-512: 449+) their x is packed per tile through that table.
+    x = rand(rng, (2, 4, 5, 6, 7), "float32", 1.0)
+    dy_shape = (2, 4, 5, 6, 460)
+    dy = rand(rng, dy_shape, "float32", 1.0)
+    f_shape = (3, 3, 3, 7, 460)
+    want = ref.conv3d_backprop_filter(x, dy, f_shape, 1, "SAME")
+    before = K.cpu_isa()
+    try:
+        for isa in _isas():
+            K.set_cpu_isa(isa)
+            assert_bits_equal(K.conv3d_backprop_filter(x, dy, f_shape, 1, "SAME"), want, f"{isa} dw")
+    finally:
+        K.set_cpu_isa(before)

@@ -128,9 +128,14 @@ struct DgradKernels : KernelBase<V> {
               if (!tc.any) continue;
               const T* dp[NP];
               // Same micro-kernel as the forward pass, over o_local instead of i.
-              for (int q = 0; q < NP; ++q) dp[q] = row + (tc.ow0 + q) * p.Co;  // read for q in [lo, hi) only
-              if (tc.all) Base::template micro<NP, NW>(acc, dp, wrow + kw * cog * BW, cog);
-              else Base::template micro_range<NP, NW>(acc, dp, tc.lo, tc.hi, wrow + kw * cog * BW, cog);
+              if (tc.all) {
+                for (int q = 0; q < NP; ++q) dp[q] = row + (tc.ow0 + q) * p.Co;
+                Base::template micro<NP, NW>(acc, dp, wrow + kw * cog * BW, cog);
+              } else {
+                // Read for q in [lo, hi) only; the others point at a pixel that is (no address past the row).
+                for (int q = 0; q < NP; ++q) dp[q] = row + (tc.ow0 + std::min(std::max(q, tc.lo), tc.hi - 1)) * p.Co;
+                Base::template micro_range<NP, NW>(acc, dp, tc.lo, tc.hi, wrow + kw * cog * BW, cog);
+              }
             }
           }
         }

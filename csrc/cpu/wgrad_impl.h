@@ -260,7 +260,7 @@ struct WgradKernels : KernelBase<V> {
       alignas(64) T tmp[kLanes];
       std::vector<T> xpack(pack ? ch.L * NI : 0);  // this tile's x (b == 0 fills it)
       TileRows<NI, joint> rows;
-      // Unit u = ((((k*G + g)*KH + kh)*KW + kw)*ib + bi)*nb + b, decoded once and then counted
+      // Unit u = ((((k*G + g)*KH + kh)*kwn + kw)*ib + bi)*nb + b, decoded once and then counted
       // up. Output-channel blocks innermost: one i-block's x values stay in L1 while the
       // chunk's dy rows (all channels) stay in L2.
       i64 rem = u0;
