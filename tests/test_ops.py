@@ -247,6 +247,23 @@ def test_depthwise_backprops_match_reference_and_tape(rng, dtype, acc):
                                    rtol=1e-4, atol=1e-4)
 
 
+def test_large_outputs_streamed(rng):
+    # Outputs of 32 MiB and more in TensorFlow's 64-byte-aligned buffers leave the depthwise dx through
+    # non-temporal stores (NumPy's buffers are not aligned, so only the op path reaches them).
+    x_shape, c = (1, 98, 84, 1024), 1024
+    f = rand(rng, (3, 3, c, 1), "float32")
+    dy = rand(rng, (1, 49, 42, c), "float32")
+    want = ref.conv2d_backprop_input(dy, f.reshape(3, 3, 1, c), x_shape, 2, "SAME")
+    assert want.nbytes >= 32 << 20
+    try:
+        for isa in detconv.cpu_isa(supported=True):
+            assert detconv.set_cpu_isa(isa)
+            got = detconv.depthwise_conv2d_backprop_input(x_shape, f, dy, [1, 2, 2, 1], "SAME").numpy()
+            assert_bits_equal(got, want, f"{isa} dx")
+    finally:
+        detconv.set_cpu_isa("auto")
+
+
 @pytest.mark.parametrize("dtype,acc", DTYPES, ids=DTYPE_IDS)
 def test_conv1d_transpose_matches_reference(rng, dtype, acc):
     dy = rand(rng, (2, 9, 5), dtype)

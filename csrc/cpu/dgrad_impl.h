@@ -224,31 +224,32 @@ struct DgradKernels : KernelBase<V> {
       for (int j = 0; j < NW; ++j) acc[q][j] = a[q][j];
   }
 
-  // Interior depthwise dx block for 3-wide filters, stride 1, one output
-  // channel per group, NW vectors: NP consecutive pixels iw0 + q, every tap
-  // valid. Pixel q meets dy column ow = iw0 + pl + q - kw, i.e. column
-  // k = q - kw + 2 of the block's NP + 2; sweeping k downwards gives each pixel
-  // its taps in kw order, and each dy column is loaded once per row.
-  template <int NP, int NW>
+  // Interior depthwise dx block for 3-wide filters, stride SW (1 or 2), one
+  // output channel per group, NW vectors: NP consecutive pixels iw0 + q with
+  // r = iw0 + pl a multiple of SW, every tap valid. Pixel q meets dy column
+  // r/SW + k where q - kw = k*SW; sweeping k downwards gives each pixel its
+  // taps in kw order, and each dy column is loaded once per row.
+  template <int NP, int NW, int SW>
   static inline __attribute__((always_inline)) void dgrad_dw3_block(Vec (&acc)[NP][NW], const ConvProblem& p,
                                                                     const T* const* rows, const T* wt, i64 cp, i64 iw0,
                                                                     i64 c0) {
+    constexpr int KMIN = -(2 / SW), KMAX = (NP - 1) / SW;  // the block's dy columns, relative to r/SW
     Vec a[NP][NW];
     for (int q = 0; q < NP; ++q)
       for (int j = 0; j < NW; ++j) a[q][j] = V::zero();
     for (i64 kh = 0; kh < p.KH; ++kh) {
       if (!rows[kh]) continue;
-      const T* d0 = rows[kh] + (iw0 + p.pl - 2) * p.C + c0;
+      const T* d0 = rows[kh] + ((iw0 + p.pl) / SW + KMIN) * p.C + c0;
       Vec fv[3][NW];
       for (int kw = 0; kw < 3; ++kw)
         for (int j = 0; j < NW; ++j) fv[kw][j] = V::load(wt + (kh * 3 + kw) * cp + c0 + j * kLanes);
 #pragma GCC unroll 64
-      for (int k = NP + 1; k >= 0; --k) {
+      for (int k = KMAX; k >= KMIN; --k) {
         for (int j = 0; j < NW; ++j) {
-          const Vec dv = V::load(d0 + k * p.C + j * kLanes);
+          const Vec dv = V::load(d0 + (k - KMIN) * p.C + j * kLanes);
 #pragma GCC unroll 3
           for (int kw = 0; kw < 3; ++kw) {
-            const int q = k + kw - 2;
+            const int q = k * SW + kw;
             if (q >= 0 && q < NP) a[q][j] = V::fma(dv, fv[kw][j], a[q][j]);
           }
         }
@@ -263,11 +264,13 @@ struct DgradKernels : KernelBase<V> {
   // one input row: its dy rows are found once, then blocks of NP pixels of
   // each stride phase (the last one moved back to end at the phase's last
   // pixel, as PixelBlocks::cols_full) times NW vectors of channels, channel
-  // blocks innermost; K3: interior blocks take dgrad_dw3_block.
+  // blocks innermost. SW3 = 1: interior blocks take dgrad_dw3_block<1>;
+  // SW3 = 2: blocks of NP consecutive pixels (both phases) take
+  // dgrad_dw3_block<2> where interior, single-pixel blocks elsewhere.
   // Measured (AVX2, one thread, batch 8): 3x3 112x112x32 3.85 -> 3.30 ms,
   // 3x3/2 112x112x96 13.2 -> 11.2 ms against units of one block each, whose
   // index divisions cost more than their 72 fmas.
-  template <int NP, int NW, bool K3>
+  template <int NP, int NW, int SW3>
   static void dgrad_dw(const ConvProblem& p, const Rows<T>& dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
     constexpr int BD = kLanes * NW;
     const i64 cog = p.Cog(), nb = ceil_div(p.C, BD), cp = nb * BD, khw = p.KH * p.KW;
@@ -299,6 +302,7 @@ struct DgradKernels : KernelBase<V> {
     const Strides4 xs = dx.s;
     const i64 row_blocks = p.sw * ceil_div(ceil_div(p.W, p.sw), NP);  // an upper bound, for prefetch slices
     const SlicePrefetch prefetch(p.OW * p.Co * sizeof(T), row_blocks * nb);
+    const bool stream = Base::streamable(dx, p.x_elems());
     ex.parallel_for(p.N * p.H, khw * cog * cp * p.W, [&](i64 u0, i64 u1) {
       FpEnvGuard guard;
       std::vector<const T*> rows(p.KH);
@@ -313,6 +317,44 @@ struct DgradKernels : KernelBase<V> {
         // The dy row the next input row adds, prefetched a slice per block (see fprop_dw).
         const i64 oh_next = ih + 1 < p.H ? dgrad_out_row(p, ih + 1, 0) : -1;
         const T* next = oh_next >= 0 && oh_next != oh_first ? dyin.row(n * p.OH + oh_next) : nullptr;
+        auto put = [&](const Vec& v, i64 iw, i64 c) {
+          const i64 at = xs.at(n, ih, iw, c);
+          if (stream) put_stream(dx, v, at, p.C - c);
+          else put_lanes(dx, v, at, xs.c, p.C - c);
+        };
+        if constexpr (SW3 == 2) {
+          // Pixel iw alone: its phase's tap columns, as the phase blocks below.
+          auto single = [&](i64 iw, i64 c0) {
+            Vec acc[1][NW];
+            const i64 ph = iw % 2;
+            dgrad_dw_block<1, NW, false>(acc, p, rows.data(), tap_cols.data() + ph * p.KW, wt.data(), cp, iw / 2, 1, c0,
+                                         zeros.data());
+            for (int j = 0; j < NW; ++j) put(acc[0][j], iw, c0 + j * kLanes);
+          };
+          constexpr i64 kmin = -1, kmax = (NP - 1) / 2;
+          i64 iw = 0, blk = 0;
+          for (; iw < p.W && (iw + p.pl) % 2 != 0; ++iw)
+            for (i64 b = 0; b < nb; ++b) single(iw, b * BD);
+          for (; iw + NP <= p.W; iw += NP, ++blk) {
+            const i64 r = (iw + p.pl) / 2;
+            const bool fast = r + kmin >= 0 && r + kmax < p.OW;
+            for (i64 b = 0; b < nb; ++b) {
+              const i64 c0 = b * BD;
+              if (next) prefetch(next, blk * nb + b);
+              if (!fast) {
+                for (i64 q = 0; q < NP; ++q) single(iw + q, c0);
+                continue;
+              }
+              Vec acc[NP][NW];
+              dgrad_dw3_block<NP, NW, 2>(acc, p, rows.data(), wt.data(), cp, iw, c0);
+              for (int q = 0; q < NP; ++q)
+                for (int j = 0; j < NW; ++j) put(acc[q][j], iw + q, c0 + j * kLanes);
+            }
+          }
+          for (; iw < p.W; ++iw)
+            for (i64 b = 0; b < nb; ++b) single(iw, b * BD);
+          continue;
+        }
         // Block k of every phase before block k + NP of any: the stores sweep
         // the row once instead of once per phase. With interior blocks (kInner)
         // and the phase counts above (no division per block), one thread,
@@ -329,10 +371,10 @@ struct DgradKernels : KernelBase<V> {
               const i64 c0 = b * BD;
               if (next) prefetch(next, blk * nb + b);
               Vec acc[NP][NW];
-              bool fast = false;  // K3 (stride 1: iw = k0 + q) and every tap of every pixel valid
-              if constexpr (K3) {
+              bool fast = false;  // SW3 (stride 1: iw = k0 + q) and every tap of every pixel valid
+              if constexpr (SW3 == 1) {
                 fast = real == NP && k0 + p.pl - 2 >= 0 && k0 + NP - 1 + p.pl < p.OW;
-                if (fast) dgrad_dw3_block<NP, NW>(acc, p, rows.data(), wt.data(), cp, k0, c0);
+                if (fast) dgrad_dw3_block<NP, NW, 1>(acc, p, rows.data(), wt.data(), cp, k0, c0);
               }
               if (!fast) {
                 if (real == NP && k0 + lo[ph] >= 0 && k0 + NP - 1 + hi[ph] < p.OW)
@@ -341,13 +383,12 @@ struct DgradKernels : KernelBase<V> {
                   dgrad_dw_block<NP, NW, false>(acc, p, rows.data(), cols, wt.data(), cp, k0, real, c0, zeros.data());
               }
               for (int q = from; q < real; ++q)
-                for (int j = 0; j < NW; ++j)
-                  put_lanes(dx, acc[q][j], xs.at(n, ih, ph + (k0 + q) * p.sw, c0 + j * kLanes), xs.c,
-                            p.C - (c0 + j * kLanes));
+                for (int j = 0; j < NW; ++j) put(acc[q][j], ph + (k0 + q) * p.sw, c0 + j * kLanes);
             }
           }
         }
       }
+      if (stream) V::fence();
     });
   }
 
@@ -498,8 +539,9 @@ struct DgradKernels : KernelBase<V> {
       }
     }
     if (p.Cg == 1) {
-      if (p.KW == 3 && p.dw == 1 && p.sw == 1 && p.Cog() == 1) dgrad_dw<8 / DW3W, DW3W, true>(p, dy, f, dx, ex);
-      else dgrad_dw<PW, NV, false>(p, dy, f, dx, ex);
+      if (p.KW == 3 && p.dw == 1 && p.sw == 1 && p.Cog() == 1) dgrad_dw<8 / DW3W, DW3W, 1>(p, dy, f, dx, ex);
+      else if (p.KW == 3 && p.dw == 1 && p.sw == 2 && p.Cog() == 1) dgrad_dw<8 / DW3W, DW3W, 2>(p, dy, f, dx, ex);
+      else dgrad_dw<PW, NV, 0>(p, dy, f, dx, ex);
       return;
     }
     // A 1x1, stride-1, unpadded, one-group dx is the forward pass of dy with

@@ -97,6 +97,24 @@ struct KernelBase {
     for (i64 l = 0; l < n && l < kLanes; ++l) out.put(base + l * stride, tmp[l]);
   }
 
+  // Whether out can take whole-vector non-temporal stores at every (n, h, w) pixel and every channel
+  // offset that is a multiple of kLanes: its own accumulator type, channels contiguous, and the
+  // base and pixel strides vector-aligned. Worth it once out is larger than the cache it would
+  // otherwise pass through (write-allocate reads each line before writing it).
+  static bool streamable(const OutSpec& out, i64 elems) {
+    constexpr i64 kStreamBytes = i64(32) << 20;
+    const i64 a = sizeof(Vec) / sizeof(T);
+    return out.dtype == (sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32) && out.s.c == 1 &&
+           reinterpret_cast<std::uintptr_t>(out.base) % sizeof(Vec) == 0 && out.s.w % a == 0 && out.s.h % a == 0 &&
+           out.s.n % a == 0 && elems * i64(sizeof(T)) >= kStreamBytes;
+  }
+  // put_lanes through a non-temporal store (streamable(out), base a multiple of kLanes); partial vectors
+  // as put_lanes. A thread's streamed stores are fenced (V::fence) before its shard ends.
+  static void put_stream(const OutSpec& out, Vec v, i64 base, i64 n) {
+    if (n >= kLanes) V::stream(static_cast<T*>(out.base) + base, V::canon(v));
+    else put_lanes(out, v, base, 1, n);
+  }
+
   // The register-blocked inner loop: for i ascending, acc[q][j] = fma(x_q[i], w[i][j], acc[q][j]).
   // It works on a private copy so the accumulators never have an address (the
   // __may_alias__ vector types would otherwise force a store after every fma).
@@ -235,6 +253,7 @@ struct KernelBase {
   using Base::BW;                         \
   using Base::TI;                         \
   using Base::put_lanes;                  \
+  using Base::put_stream;                 \
   using Base::micro;                      \
   using Base::micro_mem;                  \
   using Base::micro_range;                \

@@ -9,6 +9,8 @@ struct VF {
   static R load(const T* p) { return _mm256_loadu_ps(p); }
   static R load(const Half16* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
   static void store(T* p, R a) { _mm256_storeu_ps(p, a); }
+  static void stream(T* p, R a) { _mm256_stream_ps(p, a); }  // p 32-byte aligned
+  static void fence() { _mm_sfence(); }
   static R bcast(T s) { return _mm256_set1_ps(s); }
   static R fma(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }
   static R add(R a, R b) { return _mm256_add_ps(a, b); }
@@ -48,6 +50,8 @@ struct VD {
   static R zero() { return _mm256_setzero_pd(); }
   static R load(const T* p) { return _mm256_loadu_pd(p); }
   static void store(T* p, R a) { _mm256_storeu_pd(p, a); }
+  static void stream(T* p, R a) { _mm256_stream_pd(p, a); }
+  static void fence() { _mm_sfence(); }
   static R bcast(T s) { return _mm256_set1_pd(s); }
   static R fma(R a, R b, R c) { return _mm256_fmadd_pd(a, b, c); }
   static R add(R a, R b) { return _mm256_add_pd(a, b); }
@@ -71,6 +75,8 @@ struct VH {
   static R load(const T* p) { return _mm256_loadu_ps(p); }
   static R load(const Half16* p) { return VF::load(p); }
   static void store(T* p, R a) { _mm256_storeu_ps(p, a); }
+  static void stream(T* p, R a) { _mm256_stream_ps(p, a); }  // p 32-byte aligned
+  static void fence() { _mm_sfence(); }
   static R bcast(T s) { return _mm256_set1_ps(s); }
   static R ro_sum(R x, R y) {
     const R t = _mm256_add_ps(x, y);

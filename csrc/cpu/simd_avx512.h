@@ -17,6 +17,8 @@ struct VF {
   static R load(const T* p) { return _mm512_loadu_ps(p); }
   static R load(const Half16* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
   static void store(T* p, R a) { _mm512_storeu_ps(p, a); }
+  static void stream(T* p, R a) { _mm512_stream_ps(p, a); }  // p 64-byte aligned
+  static void fence() { _mm_sfence(); }
   static R bcast(T s) { return _mm512_set1_ps(s); }
   static R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
   static R add(R a, R b) { return _mm512_add_ps(a, b); }
@@ -48,6 +50,8 @@ struct VD {
   static R zero() { return _mm512_setzero_pd(); }
   static R load(const T* p) { return _mm512_loadu_pd(p); }
   static void store(T* p, R a) { _mm512_storeu_pd(p, a); }
+  static void stream(T* p, R a) { _mm512_stream_pd(p, a); }
+  static void fence() { _mm_sfence(); }
   static R bcast(T s) { return _mm512_set1_pd(s); }
   static R fma(R a, R b, R c) { return _mm512_fmadd_pd(a, b, c); }
   static R add(R a, R b) { return _mm512_add_pd(a, b); }
@@ -68,6 +72,8 @@ struct VH {
   static R load(const T* p) { return _mm512_loadu_ps(p); }
   static R load(const Half16* p) { return VF::load(p); }
   static void store(T* p, R a) { _mm512_storeu_ps(p, a); }
+  static void stream(T* p, R a) { _mm512_stream_ps(p, a); }  // p 64-byte aligned
+  static void fence() { _mm_sfence(); }
   static R bcast(T s) { return _mm512_set1_ps(s); }
   static R half_round(R a) { return _mm512_cvtph_ps(_mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
   // binary16 fma(a, b, c) and add(a, b) (docs/numerics.md, "float16 accumulation on AVX-512"): the exact

@@ -14,6 +14,8 @@ struct ScalarVecBase {
   static R load(const T* p) { R r; std::memcpy(r.v, p, sizeof(r.v)); return r; }
   static R load(const Half16* p) { R r; for (int l = 0; l < L; ++l) r.v[l] = T(half_to_float(p[l].bits)); return r; }
   static void store(T* p, const R& a) { std::memcpy(p, a.v, sizeof(a.v)); }
+  static void stream(T* p, const R& a) { store(p, a); }
+  static void fence() {}
   static R bcast(T s) { R r; for (int l = 0; l < L; ++l) r.v[l] = s; return r; }
   static void store_half(std::uint16_t* dst, const R& a) { for (int l = 0; l < L; ++l) dst[l] = float_to_half(float(a.v[l])); }
   static void store_bf16(std::uint16_t* dst, const R& a) { for (int l = 0; l < L; ++l) dst[l] = float_to_bf16(float(a.v[l])); }
