@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 import detconv
+from conftest import assert_bits_equal
 
 ERRORS = (ValueError, TypeError, tf.errors.InvalidArgumentError)
 X = np.ones((1, 6, 6, 4), np.float32) * 0.5
@@ -74,6 +75,22 @@ def test_bad_gradient_op_arguments():
         detconv.conv2d_backprop_filter(X, (3, 3, 4, 8), dy[..., :3], 1, "SAME")
     with pytest.raises(ERRORS, match="accumulation"):
         detconv.bias_grad(dy, accumulation="float16")
+
+
+def test_size_arguments_in_every_form():
+    # Host-known sizes become cached constants eagerly; every spelling gives the same result, and what is not
+    # a list of integers still gets tf.nn's error.
+    dy = np.random.default_rng(3).standard_normal((1, 6, 6, 8)).astype(np.float32)
+    want = detconv.conv2d_backprop_input(tf.constant([1, 6, 6, 4]), F, dy, 1, "SAME").numpy()
+    for sizes in ([1, 6, 6, 4], (1, 6, 6, 4), tf.TensorShape([1, 6, 6, 4]), np.array([1, 6, 6, 4], np.uint8),
+                  np.array([1, 6, 6, 4], np.int64), [1, 6, 6, 4]):
+        assert_bits_equal(detconv.conv2d_backprop_input(sizes, F, dy, 1, "SAME").numpy(), want, repr(sizes))
+    with pytest.raises(TypeError, match="input_sizes"):
+        detconv.conv2d_backprop_input([1.0, 6.0, 6.0, 4.0], F, dy, 1, "SAME")
+    with pytest.raises(ERRORS, match="input_sizes"):
+        detconv.conv2d_backprop_input([1, 6, 6, 2**40], F, dy, 1, "SAME")
+    with pytest.raises(ERRORS, match="out_backprop"):  # sizes that disagree with the tensors
+        detconv.conv2d_backprop_filter(X, np.array([3, 3, 4, 7], np.int16), dy, 1, "SAME")
 
 
 def test_other_entry_points_validate():
