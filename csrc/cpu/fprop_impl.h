@@ -19,26 +19,37 @@ struct FpropKernels : KernelBase<V> {
     const i64 khw = p.KH * p.KW;
     std::vector<T> wp(p.G * nb * taps * BF), bp(p.G * nb * BF, T(0));
     std::vector<T> wtap(p.G * nb * khw * BF), wrow(p.G * nb * p.KH * BF);
+    // The runs fold in vectors: lane l is PaddedRun::add on its own values, the
+    // same fma (measured, AVX-512, one thread: 3x3 7x7x512 forward spent a
+    // third of its time packing with one scalar fold per lane).
     ex.parallel_for(p.G * nb * p.KH, p.KW * p.Cg * BF, [&](i64 u0, i64 u1) {
       FpEnvGuard guard;
+      const Vec minus0 = V::bcast(T(-0.0));
       for (i64 u = u0; u < u1; ++u) {
         const i64 gb = u / p.KH, kh = u % p.KH, g = gb / nb, b = gb % nb;
-        PaddedRuns<T, BF> row;
+        const bool full = (b + 1) * BF <= cog;  // every lane a real channel
+        Vec row[NW];
+        for (int j = 0; j < NW; ++j) row[j] = minus0;
         for (i64 kw = 0; kw < p.KW; ++kw) {
-          PaddedRuns<T, BF> tap;
+          Vec tap[NW];
+          for (int j = 0; j < NW; ++j) tap[j] = minus0;
           const i64 t0 = (kh * p.KW + kw) * p.Cg;
           for (i64 t = t0; t < t0 + p.Cg; ++t) {
             T* dst = wp.data() + (gb * taps + t) * BF;
-            for (i64 l = 0; l < BF; ++l) {
-              const i64 ol = b * BF + l;
-              dst[l] = ol < cog ? f[t * p.Co + g * cog + ol] : T(0);
+            const T* src = f + t * p.Co + g * cog + b * BF;
+            if (full) {
+              for (int j = 0; j < NW; ++j) V::store(dst + j * kLanes, V::load(src + j * kLanes));
+            } else {
+              for (i64 l = 0; l < BF; ++l) dst[l] = b * BF + l < cog ? src[l] : T(0);
             }
-            tap.add(dst);
+            for (int j = 0; j < NW; ++j) tap[j] = V::fma(V::zero(), V::load(dst + j * kLanes), tap[j]);
           }
-          tap.weights(wtap.data() + (gb * khw + kh * p.KW + kw) * BF);
-          row.merge(tap);
+          for (int j = 0; j < NW; ++j) {
+            V::store(wtap.data() + (gb * khw + kh * p.KW + kw) * BF + j * kLanes, tap[j]);
+            row[j] = V::fma(V::zero(), tap[j], row[j]);  // PaddedRun::merge
+          }
         }
-        row.weights(wrow.data() + (gb * p.KH + kh) * BF);
+        for (int j = 0; j < NW; ++j) V::store(wrow.data() + (gb * p.KH + kh) * BF + j * kLanes, row[j]);
       }
     });
     if (bias)

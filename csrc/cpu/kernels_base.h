@@ -15,22 +15,6 @@
 // parameter) is the number of output pixels in a register block, NV the
 // number of vectors per pixel, BW = kLanes * NV the channels of a block.
 
-// PaddedRun (detconv/numerics.h) for BF lanes at once, gathered while a
-// filter is packed: add() one packed row of BF values per fold step.
-template <class T, int BF>
-struct PaddedRuns {
-  PaddedRun<T> lane[BF];
-  void add(const T* w) {
-    for (int l = 0; l < BF; ++l) lane[l].add(w[l]);
-  }
-  void merge(const PaddedRuns& o) {
-    for (int l = 0; l < BF; ++l) lane[l].merge(o.lane[l]);
-  }
-  void weights(T* out) const {
-    for (int l = 0; l < BF; ++l) out[l] = lane[l].weight();
-  }
-};
-
 // Tile shapes an ISA names for wide groups (V::Wide; only the AVX-512
 // float32 path, with 32 registers, has them).
 template <class V, class = void>
