@@ -42,16 +42,26 @@ struct DgradKernels : KernelBase<V> {
     constexpr int BW = kLanes * NW;
     const i64 cog = p.Cog(), nb = ceil_div(p.Cg, BW), taps = p.taps();
     // wt[g][b][tap][o_local][BW] = f[tap, b*BW + lane, g*cog + o_local], tap = (kd*KH + kh)*KW + kw
+    // Packed in parallel, one (g, b, tap) slice a unit, reading f's rows in
+    // order (a lane's o_local run is contiguous there). Measured,
+    // AVX-512, through the op: 3x3 7x7x512 dx 11.5 -> 9.5 ms on two threads, 18.3 -> 16.7 ms on one,
+    // against a serial gather of stride Co.
     std::vector<T> wt(p.G * nb * taps * cog * BW);
-    for (i64 g = 0; g < p.G; ++g)
-      for (i64 b = 0; b < nb; ++b)
-        for (i64 t = 0; t < taps; ++t)
-          for (i64 ol = 0; ol < cog; ++ol)
-            for (i64 l = 0; l < BW; ++l) {
-              const i64 i = b * BW + l;
-              wt[(((g * nb + b) * taps + t) * cog + ol) * BW + l] =
-                  i < p.Cg ? f[(t * p.Cg + i) * p.Co + g * cog + ol] : T(0);
-            }
+    ex.parallel_for(p.G * nb * taps, cog * BW, [&](i64 u0, i64 u1) {
+      for (i64 u = u0; u < u1; ++u) {
+        const i64 t = u % taps, gb = u / taps, g = gb / nb, b = gb % nb;
+        T* dst = wt.data() + u * cog * BW;  // u = (g*nb + b)*taps + t
+        for (i64 l = 0; l < BW; ++l) {
+          const i64 i = b * BW + l;
+          if (i >= p.Cg) {  // lanes past the group: zeros
+            for (i64 ol = 0; ol < cog; ++ol) dst[ol * BW + l] = T(0);
+            continue;
+          }
+          const T* src = f + (t * p.Cg + i) * p.Co + g * cog;
+          for (i64 ol = 0; ol < cog; ++ol) dst[ol * BW + l] = src[ol];
+        }
+      }
+    });
     const PixelBlocks pb(p, NP);
     const i64 units = p.N * p.D * p.H * p.G * nb * pb.count();
     const Strides4 xs = dx.s;
