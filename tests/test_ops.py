@@ -247,19 +247,23 @@ def test_depthwise_backprops_match_reference_and_tape(rng, dtype, acc):
                                    rtol=1e-4, atol=1e-4)
 
 
-def test_large_outputs_streamed(rng):
-    # Outputs of 32 MiB and more in TensorFlow's 64-byte-aligned buffers leave the depthwise dx through
+@pytest.mark.parametrize("stride", [1, 2])
+def test_large_outputs_streamed(rng, stride):
+    # Outputs of 4 MiB and more in TensorFlow's 64-byte-aligned buffers leave the depthwise kernels through
     # non-temporal stores (NumPy's buffers are not aligned, so only the op path reaches them).
-    x_shape, c = (1, 98, 84, 1024), 1024
-    f = rand(rng, (3, 3, c, 1), "float32")
-    dy = rand(rng, (1, 49, 42, c), "float32")
-    want = ref.conv2d_backprop_input(dy, f.reshape(3, 3, 1, c), x_shape, 2, "SAME")
-    assert want.nbytes >= 32 << 20
+    x_shape, c = (1, 34, 32, 1024), 1024
+    x, f = rand(rng, x_shape, "float32"), rand(rng, (3, 3, c, 1), "float32")
+    dy = rand(rng, (1, 34 // stride, 32 // stride, c), "float32")
+    want_y = ref.conv2d(x, f.reshape(3, 3, 1, c), stride, "SAME")
+    want_dx = ref.conv2d_backprop_input(dy, f.reshape(3, 3, 1, c), x_shape, stride, "SAME")
+    assert want_dx.nbytes >= 4 << 20 and (stride == 2 or want_y.nbytes >= 4 << 20)
+    st = [1, stride, stride, 1]
     try:
         for isa in detconv.cpu_isa(supported=True):
             assert detconv.set_cpu_isa(isa)
-            got = detconv.depthwise_conv2d_backprop_input(x_shape, f, dy, [1, 2, 2, 1], "SAME").numpy()
-            assert_bits_equal(got, want, f"{isa} dx")
+            assert_bits_equal(detconv.depthwise_conv2d(x, f, st, "SAME").numpy(), want_y, f"{isa} forward")
+            got = detconv.depthwise_conv2d_backprop_input(x_shape, f, dy, st, "SAME").numpy()
+            assert_bits_equal(got, want_dx, f"{isa} dx")
     finally:
         detconv.set_cpu_isa("auto")
 

@@ -350,6 +350,7 @@ struct FpropKernels : KernelBase<V> {
     const i64 owb = ceil_div(p.OW, NP), units = p.N * p.OH * nb * owb;
     const Strides4 ys = y.s;
     const SlicePrefetch prefetch(p.W * p.Co * sizeof(S), owb * nb);
+    const bool stream = Base::streamable(y, p.y_elems());
     ex.parallel_for(units, khw * BD * NP, [&](i64 u0, i64 u1) {
       FpEnvGuard guard;
       // Channel blocks innermost: consecutive units read consecutive memory.
@@ -383,9 +384,12 @@ struct FpropKernels : KernelBase<V> {
             if (ow0 + q >= p.OW) continue;
             Vec a = acc[q][j];
             if (bias) a = V::add(a, V::load(bp.data() + o0 + j * kLanes));
-            put_lanes(y, a, ys.at(n, oh, ow0 + q, o0 + j * kLanes), ys.c, p.Co - (o0 + j * kLanes));
+            const i64 at = ys.at(n, oh, ow0 + q, o0 + j * kLanes);
+            if (stream) put_stream(y, a, at, p.Co - (o0 + j * kLanes));
+            else put_lanes(y, a, at, ys.c, p.Co - (o0 + j * kLanes));
           }
       }
+      if (stream) V::fence();
     });
   }
 
