@@ -92,15 +92,29 @@ struct KernelBase {
     // rather than L3; in TensorFlow's pipelines the next layer rarely finds a 4 MiB+ tensor in L2 anyway.
     constexpr i64 kStreamBytes = i64(4) << 20;
     const i64 a = sizeof(Vec) / sizeof(T);
-    return out.dtype == (sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32) && out.s.c == 1 &&
-           reinterpret_cast<std::uintptr_t>(out.base) % sizeof(Vec) == 0 && out.s.w % a == 0 && out.s.h % a == 0 &&
-           out.s.n % a == 0 && elems * i64(sizeof(T)) >= kStreamBytes;
+    const bool native = out.dtype == (sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32);
+    const bool half = sizeof(T) == 4 && (out.dtype == DType::kFloat16 || out.dtype == DType::kBFloat16);
+    const i64 bytes = native ? i64(sizeof(T)) : 2;  // per element of out
+    return (native || half) && out.s.c == 1 && reinterpret_cast<std::uintptr_t>(out.base) % (a * bytes) == 0 &&
+           out.s.w % a == 0 && out.s.h % a == 0 && out.s.n % a == 0 && elems * bytes >= kStreamBytes;
   }
   // put_lanes through a non-temporal store (streamable(out), base a multiple of kLanes); partial vectors
   // as put_lanes. A thread's streamed stores are fenced (V::fence) before its shard ends.
   static void put_stream(const OutSpec& out, Vec v, i64 base, i64 n) {
-    if (n >= kLanes) V::stream(static_cast<T*>(out.base) + base, V::canon(v));
-    else put_lanes(out, v, base, 1, n);
+    if (n < kLanes) {
+      put_lanes(out, v, base, 1, n);
+      return;
+    }
+    if constexpr (sizeof(T) == 4) {
+      if (out.dtype == DType::kFloat16 || out.dtype == DType::kBFloat16) {  // rounded as put_lanes, then streamed
+        alignas(64) std::uint16_t h[kLanes];
+        if (out.dtype == DType::kFloat16) V::store_half(h, v);
+        else V::store_bf16(h, v);
+        V::stream16(static_cast<std::uint16_t*>(out.base) + base, h);
+        return;
+      }
+    }
+    V::stream(static_cast<T*>(out.base) + base, V::canon(v));
   }
 
   // The register-blocked inner loop: for i ascending, acc[q][j] = fma(x_q[i], w[i][j], acc[q][j]).

@@ -18,6 +18,10 @@ struct VF {
   static R load(const Half16* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
   static void store(T* p, R a) { _mm512_storeu_ps(p, a); }
   static void stream(T* p, R a) { _mm512_stream_ps(p, a); }  // p 64-byte aligned
+  // L halves from src (64-byte aligned) to dst (32-byte aligned), non-temporal.
+  static void stream16(std::uint16_t* dst, const std::uint16_t* src) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(dst), _mm256_load_si256(reinterpret_cast<const __m256i*>(src)));
+  }
   static void fence() { _mm_sfence(); }
   static R bcast(T s) { return _mm512_set1_ps(s); }
   static R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
@@ -98,4 +102,5 @@ struct VH {
   static R select(M m, R a, R b) { return VF::select(m, a, b); }
   static void store_half(std::uint16_t* dst, R a) { VF::store_half(dst, a); }
   static void store_bf16(std::uint16_t* dst, R a) { VF::store_bf16(dst, a); }
+  static void stream16(std::uint16_t* dst, const std::uint16_t* src) { VF::stream16(dst, src); }
 };

@@ -15,6 +15,7 @@ struct ScalarVecBase {
   static R load(const Half16* p) { R r; for (int l = 0; l < L; ++l) r.v[l] = T(half_to_float(p[l].bits)); return r; }
   static void store(T* p, const R& a) { std::memcpy(p, a.v, sizeof(a.v)); }
   static void stream(T* p, const R& a) { store(p, a); }
+  static void stream16(std::uint16_t* dst, const std::uint16_t* src) { std::memcpy(dst, src, sizeof(std::uint16_t) * L); }
   static void fence() {}
   static R bcast(T s) { R r; for (int l = 0; l < L; ++l) r.v[l] = s; return r; }
   static void store_half(std::uint16_t* dst, const R& a) { for (int l = 0; l < L; ++l) dst[l] = float_to_half(float(a.v[l])); }
