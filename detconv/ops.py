@@ -106,8 +106,11 @@ _HOST_CONSTANTS = {}
 
 
 def _host_constant(values, dtype):
-    """Eagerly, sizes known on the host as one cached constant: a fresh constant per call costs about as much
-    as a small convolution (three per backprop call: 140 -> 60 us for an input gradient of 4x4x8)."""
+    """Sizes known on the host as a constant; eagerly one cached constant, since a fresh one per call costs
+    about as much as a small convolution (three per backprop call: 140 -> 60 us for an input gradient of
+    4x4x8). In a graph, a constant of the graph."""
+    if not tf.executing_eagerly():
+        return tf.constant(np.asarray(values, dtype))
     key = (np.dtype(dtype).char, tuple(int(v) for v in np.ravel(values)), np.ndim(values))
     t = _HOST_CONSTANTS.get(key)
     if t is None:
@@ -128,7 +131,7 @@ def _int64_sizes(sizes, name):
     if t.dtype == tf.int64:
         return t
     static = tf.get_static_value(t)  # known now (eager, constants): a constant, not a cast op per call
-    return tf.constant(np.asarray(static, np.int64)) if static is not None else tf.cast(t, tf.int64)
+    return _host_constant(static, np.int64) if static is not None else tf.cast(t, tf.int64)
 
 
 def _checked_int32(sizes, name):
@@ -138,9 +141,7 @@ def _checked_int32(sizes, name):
         return tf.cast(sizes, tf.int32)
     if (np.asarray(static) > np.iinfo(np.int32).max).any():
         raise _invalid(f"{name}: sizes must be < 2^31, got {list(static)}")
-    if tf.executing_eagerly():
-        return _host_constant(static, np.int32)
-    return tf.constant(np.asarray(static, np.int32))
+    return _host_constant(static, np.int32)
 
 
 _NO_BIAS = {}
@@ -359,8 +360,7 @@ def _depthwise_as_hwio(f):
     """[KH, KW, C, M] -> HWIO [KH, KW, 1, C*M]: output channel c*M + m (groups = C)."""
     if f.shape.is_fully_defined():  # one reshape op (the shape ops below cost more than a small convolution)
         kh, kw, c, m = f.shape.as_list()
-        return tf.reshape(f, _host_constant([kh, kw, 1, c * m], np.int32) if tf.executing_eagerly()
-                          else [kh, kw, 1, c * m])
+        return tf.reshape(f, _host_constant([kh, kw, 1, c * m], np.int32))
     kh, kw, c, m = tf.unstack(tf.shape(f))
     return tf.reshape(f, tf.stack([kh, kw, 1, c * m]))
 
@@ -393,8 +393,7 @@ def depthwise_conv2d_backprop_filter(input, filter_sizes, out_backprop, strides,
             out_shape = tf.cast(sizes, tf.int32)
         df = conv2d_backprop_filter(input, hwio, out_backprop, strides, padding, data_format, dilations,
                                     accumulation=accumulation)
-        eager_static = static is not None and tf.executing_eagerly()
-        return tf.reshape(df, _host_constant(out_shape, np.int32) if eager_static else out_shape)
+        return tf.reshape(df, _host_constant(out_shape, np.int32) if static is not None else out_shape)
 
 
 @_tf_nn_errors

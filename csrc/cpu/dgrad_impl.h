@@ -234,6 +234,12 @@ struct DgradKernels : KernelBase<V> {
       for (int j = 0; j < NW; ++j) acc[q][j] = a[q][j];
   }
 
+  // The dy columns a dgrad_dw3_block<NP, NW, SW> reads: [lo, hi] relative to (iw0 + pl) / SW.
+  template <int NP, int SW>
+  struct Dw3Cols {
+    static constexpr int lo = -(2 / SW), hi = (NP - 1) / SW;
+  };
+
   // Interior depthwise dx block for 3-wide filters, stride SW (1 or 2), one
   // output channel per group, NW vectors: NP consecutive pixels iw0 + q with
   // r = iw0 + pl a multiple of SW, every tap valid. Pixel q meets dy column
@@ -243,7 +249,7 @@ struct DgradKernels : KernelBase<V> {
   static inline __attribute__((always_inline)) void dgrad_dw3_block(Vec (&acc)[NP][NW], const ConvProblem& p,
                                                                     const T* const* rows, const T* wt, i64 cp, i64 iw0,
                                                                     i64 c0) {
-    constexpr int KMIN = -(2 / SW), KMAX = (NP - 1) / SW;  // the block's dy columns, relative to r/SW
+    constexpr int KMIN = Dw3Cols<NP, SW>::lo, KMAX = Dw3Cols<NP, SW>::hi;
     Vec a[NP][NW];
     for (int q = 0; q < NP; ++q)
       for (int j = 0; j < NW; ++j) a[q][j] = V::zero();
@@ -328,9 +334,7 @@ struct DgradKernels : KernelBase<V> {
         const i64 oh_next = ih + 1 < p.H ? dgrad_out_row(p, ih + 1, 0) : -1;
         const T* next = oh_next >= 0 && oh_next != oh_first ? dyin.row(n * p.OH + oh_next) : nullptr;
         auto put = [&](const Vec& v, i64 iw, i64 c) {
-          const i64 at = xs.at(n, ih, iw, c);
-          if (stream) put_stream(dx, v, at, p.C - c);
-          else put_lanes(dx, v, at, xs.c, p.C - c);
+          put_lanes(dx, v, xs.at(n, ih, iw, c), xs.c, p.C - c, stream);
         };
         if constexpr (SW3 == 2) {
           // Pixel iw alone: its phase's tap columns, as the phase blocks below.
@@ -341,13 +345,12 @@ struct DgradKernels : KernelBase<V> {
                                          zeros.data());
             for (int j = 0; j < NW; ++j) put(acc[0][j], iw, c0 + j * kLanes);
           };
-          constexpr i64 kmin = -1, kmax = (NP - 1) / 2;
           i64 iw = 0, blk = 0;
           for (; iw < p.W && (iw + p.pl) % 2 != 0; ++iw)
             for (i64 b = 0; b < nb; ++b) single(iw, b * BD);
           for (; iw + NP <= p.W; iw += NP, ++blk) {
             const i64 r = (iw + p.pl) / 2;
-            const bool fast = r + kmin >= 0 && r + kmax < p.OW;
+            const bool fast = r + Dw3Cols<NP, 2>::lo >= 0 && r + Dw3Cols<NP, 2>::hi < p.OW;
             for (i64 b = 0; b < nb; ++b) {
               const i64 c0 = b * BD;
               if (next) prefetch(next, blk * nb + b);
@@ -383,7 +386,8 @@ struct DgradKernels : KernelBase<V> {
               Vec acc[NP][NW];
               bool fast = false;  // SW3 (stride 1: iw = k0 + q) and every tap of every pixel valid
               if constexpr (SW3 == 1) {
-                fast = real == NP && k0 + p.pl - 2 >= 0 && k0 + NP - 1 + p.pl < p.OW;
+                const i64 r = k0 + p.pl;
+                fast = real == NP && r + Dw3Cols<NP, 1>::lo >= 0 && r + Dw3Cols<NP, 1>::hi < p.OW;
                 if (fast) dgrad_dw3_block<NP, NW, 1>(acc, p, rows.data(), wt.data(), cp, k0, c0);
               }
               if (!fast) {

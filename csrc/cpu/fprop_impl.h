@@ -384,9 +384,7 @@ struct FpropKernels : KernelBase<V> {
             if (ow0 + q >= p.OW) continue;
             Vec a = acc[q][j];
             if (bias) a = V::add(a, V::load(bp.data() + o0 + j * kLanes));
-            const i64 at = ys.at(n, oh, ow0 + q, o0 + j * kLanes);
-            if (stream) put_stream(y, a, at, p.Co - (o0 + j * kLanes));
-            else put_lanes(y, a, at, ys.c, p.Co - (o0 + j * kLanes));
+            put_lanes(y, a, ys.at(n, oh, ow0 + q, o0 + j * kLanes), ys.c, p.Co - (o0 + j * kLanes), stream);
           }
       }
       if (stream) V::fence();

@@ -50,9 +50,47 @@ struct KernelBase {
   // Rows of 7, 14 or 28 pixels (not a multiple of 8) fit whole 7-pixel blocks where blocks (np) are 8 wide.
   static constexpr bool sevens(i64 width, int np) { return np == 8 && width % 8 != 0 && width % 7 == 0; }
 
+  // Whether out can take whole-vector non-temporal stores at every (n, h, w) pixel and every channel
+  // offset that is a multiple of kLanes: its own accumulator type (or 16-bit values rounded from
+  // float lanes), channels contiguous, and the base and pixel strides vector-aligned. Worth it once
+  // out is larger than the cache it would otherwise pass through (write-allocate reads each line
+  // before writing it).
+  static bool streamable(const OutSpec& out, i64 elems) {
+    // 4 MiB: past a core's L2 on the machines measured. Depthwise layers, batch 8, two threads, against
+    // 32 MiB: 3x3 112x112x32 dx 2.13 -> 1.81 ms and forward 1.75 -> 1.56 ms, 56x56x144 dx 2.57 -> 1.86 ms
+    // and forward 2.72 -> 2.05 ms (AVX-512; AVX2 alike). A consumer then reads the output from memory
+    // rather than L3; in TensorFlow's pipelines the next layer rarely finds a 4 MiB+ tensor in L2 anyway.
+    constexpr i64 kStreamBytes = i64(4) << 20;
+    const i64 a = sizeof(Vec) / sizeof(T);
+    const bool native = out.dtype == (sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32);
+    const bool half = sizeof(T) == 4 && (out.dtype == DType::kFloat16 || out.dtype == DType::kBFloat16);
+    const i64 bytes = native ? i64(sizeof(T)) : 2;  // per element of out
+    return (native || half) && out.s.c == 1 && reinterpret_cast<std::uintptr_t>(out.base) % (a * bytes) == 0 &&
+           out.s.w % a == 0 && out.s.h % a == 0 && out.s.n % a == 0 && elems * bytes >= kStreamBytes;
+  }
+  // One whole vector to out at base through a non-temporal store (put_lanes with `stream`).
+  static void stream_vector(const OutSpec& out, Vec v, i64 base) {
+    if constexpr (sizeof(T) == 4) {
+      if (out.dtype == DType::kFloat16 || out.dtype == DType::kBFloat16) {  // rounded as put_lanes, then streamed
+        alignas(64) std::uint16_t h[kLanes];
+        if (out.dtype == DType::kFloat16) V::store_half(h, v);
+        else V::store_bf16(h, v);
+        V::stream16(static_cast<std::uint16_t*>(out.base) + base, h);
+        return;
+      }
+    }
+    V::stream(static_cast<T*>(out.base) + base, V::canon(v));
+  }
+
   // Writes lanes [0, n) of a vector block to out.put(base + lane*stride).
   // v by value: taking an accumulator's address would pin it to memory and spill in the hot loop.
-  static void put_lanes(const OutSpec& out, Vec v, i64 base, i64 stride, i64 n) {
+  // stream (only where streamable(out), base a multiple of kLanes): whole vectors leave through a
+  // non-temporal store; a thread's streamed stores are fenced (V::fence) before its shard ends.
+  static void put_lanes(const OutSpec& out, Vec v, i64 base, i64 stride, i64 n, bool stream = false) {
+    if (stream && n >= kLanes) {
+      stream_vector(out, v, base);
+      return;
+    }
     if (stride == 1 && out.dtype == (sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32)) {
       T* dst = static_cast<T*>(out.base) + base;  // common case: no dtype switch per element
       if (n >= kLanes) {
@@ -79,42 +117,6 @@ struct KernelBase {
     alignas(64) T tmp[kLanes];
     V::store(tmp, v);
     for (i64 l = 0; l < n && l < kLanes; ++l) out.put(base + l * stride, tmp[l]);
-  }
-
-  // Whether out can take whole-vector non-temporal stores at every (n, h, w) pixel and every channel
-  // offset that is a multiple of kLanes: its own accumulator type, channels contiguous, and the
-  // base and pixel strides vector-aligned. Worth it once out is larger than the cache it would
-  // otherwise pass through (write-allocate reads each line before writing it).
-  static bool streamable(const OutSpec& out, i64 elems) {
-    // 4 MiB: past a core's L2 on the machines measured. Depthwise layers, batch 8, two threads, against
-    // 32 MiB: 3x3 112x112x32 dx 2.13 -> 1.81 ms and forward 1.75 -> 1.56 ms, 56x56x144 dx 2.57 -> 1.86 ms
-    // and forward 2.72 -> 2.05 ms (AVX-512; AVX2 alike). A consumer then reads the output from memory
-    // rather than L3; in TensorFlow's pipelines the next layer rarely finds a 4 MiB+ tensor in L2 anyway.
-    constexpr i64 kStreamBytes = i64(4) << 20;
-    const i64 a = sizeof(Vec) / sizeof(T);
-    const bool native = out.dtype == (sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32);
-    const bool half = sizeof(T) == 4 && (out.dtype == DType::kFloat16 || out.dtype == DType::kBFloat16);
-    const i64 bytes = native ? i64(sizeof(T)) : 2;  // per element of out
-    return (native || half) && out.s.c == 1 && reinterpret_cast<std::uintptr_t>(out.base) % (a * bytes) == 0 &&
-           out.s.w % a == 0 && out.s.h % a == 0 && out.s.n % a == 0 && elems * bytes >= kStreamBytes;
-  }
-  // put_lanes through a non-temporal store (streamable(out), base a multiple of kLanes); partial vectors
-  // as put_lanes. A thread's streamed stores are fenced (V::fence) before its shard ends.
-  static void put_stream(const OutSpec& out, Vec v, i64 base, i64 n) {
-    if (n < kLanes) {
-      put_lanes(out, v, base, 1, n);
-      return;
-    }
-    if constexpr (sizeof(T) == 4) {
-      if (out.dtype == DType::kFloat16 || out.dtype == DType::kBFloat16) {  // rounded as put_lanes, then streamed
-        alignas(64) std::uint16_t h[kLanes];
-        if (out.dtype == DType::kFloat16) V::store_half(h, v);
-        else V::store_bf16(h, v);
-        V::stream16(static_cast<std::uint16_t*>(out.base) + base, h);
-        return;
-      }
-    }
-    V::stream(static_cast<T*>(out.base) + base, V::canon(v));
   }
 
   // The register-blocked inner loop: for i ascending, acc[q][j] = fma(x_q[i], w[i][j], acc[q][j]).
@@ -255,7 +257,6 @@ struct KernelBase {
   using Base::BW;                         \
   using Base::TI;                         \
   using Base::put_lanes;                  \
-  using Base::put_stream;                 \
   using Base::micro;                      \
   using Base::micro_mem;                  \
   using Base::micro_range;                \
