@@ -389,8 +389,9 @@ def test_large_pointwise_gemm_path(rng, dtype, accumulation):
 
 
 # Filters past 1 MiB (float32) reorder the dense forward and input-gradient units (channel blocks outermost);
-# a 1x1 dx past 512 KiB keeps the dense kernel (below it, dx runs as the forward GEMM of dy with the filter
-# transposed). Unit order never changes bits: every pass against the reference, every ISA path.
+# a 1x1 dx past 512 KiB runs as the forward GEMM of dy with the filter read transposed on AVX2 and keeps the
+# dense kernel on AVX-512 (below 512 KiB: the GEMM on both). Unit order never changes bits: every pass
+# against the reference, every ISA path.
 LARGE_FILTER_CASES = [
     ("3x3-1.5MiB", (2, 4, 5, 256), (3, 3, 256, 160), 1, "SAME"),
     ("1x1-566KiB", (2, 3, 5, 520), (1, 1, 520, 272), 1, "VALID"),

@@ -559,21 +559,20 @@ struct DgradKernels : KernelBase<V> {
       return;
     }
     // A 1x1, stride-1, unpadded, one-group dx is the forward pass of dy with
-    // the filter transposed ([Co][C]): the same fold (o ascending, no tap
-    // misses an output), in the forward's 1x1 GEMM blocks over whole images
-    // instead of row blocks. Measured (one thread, batch 8), AVX2: 1x1 56x56
-    // 256->64 16.9 -> 14.9 ms, 64->256 13.1 -> 11.5 ms, 28x28 512->128 12.3 ->
-    // 11.2 ms; AVX-512 within noise to -10%. Past kFilterL2Bytes the dense
-    // path is faster (1x1 7x7 2048->512: 11.4 vs 16.8 ms).
+    // the filter transposed ([Co][C], which f read as it is: f_transposed):
+    // the same fold (o ascending, no tap misses an output), in the forward's
+    // 1x1 GEMM blocks over whole images instead of row blocks. Measured (one
+    // thread, batch 8), AVX2: 1x1 56x56 256->64 16.9 -> 14.9 ms, 64->256 13.1
+    // -> 11.5 ms, 28x28 512->128 12.3 -> 11.2 ms; AVX-512 within noise to
+    // -10%. Past kFilterL2Bytes only where the GEMM's register block is the
+    // larger one (two threads, AVX2: 1x1 14x14 1024->256 7.94 -> 6.46 ms, 7x7
+    // 2048->512 7.37 -> 6.13 ms; AVX-512, 8 pixels both: 5.31 -> 5.88, so not).
     if (p.KH == 1 && p.KW == 1 && p.sh == 1 && p.sw == 1 && p.pt == 0 && p.pl == 0 && p.OH == p.H &&
-        p.OW == p.W && p.G == 1 && p.filter_elems() * i64(sizeof(T)) <= Base::kFilterL2Bytes) {
+        p.OW == p.W && p.G == 1 && (Base::PG > Base::PD || p.filter_elems() * i64(sizeof(T)) <= Base::kFilterL2Bytes)) {
       ConvProblem q = p;
       q.C = q.Cg = p.Co;
       q.Co = p.C;
-      std::vector<T> ft(p.C * p.Co);
-      for (i64 i = 0; i < p.C; ++i)
-        for (i64 o = 0; o < p.Co; ++o) ft[o * p.C + i] = f[i * p.Co + o];
-      FpropKernels<V>::template fprop_1x1<Base::PG, NV>(q, dy, ft.data(), nullptr, dx, ex);
+      FpropKernels<V>::template fprop_1x1<Base::PG, NV>(q, dy, f, nullptr, dx, ex, true);
       return;
     }
     // Measured (AVX-512): PD 8 vs PW 6, dx geomean 0.71 -> 0.83 of oneDNN; rows of 7, 14 or 28 in whole blocks of 7.

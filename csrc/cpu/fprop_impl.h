@@ -220,8 +220,9 @@ struct FpropKernels : KernelBase<V> {
   // (KC x BF, 32 KiB) stays in L1 across the unit's pixel blocks instead of
   // the whole block's filter streaming from L3 for every 8 pixels.
   template <int NP, int NW>
+  // f_transposed: f is [Co][Cg] (a 1x1 input gradient's filter as it comes), not [Cg][Co].
   static void fprop_1x1(const ConvProblem& p, const Rows<T>& x, const T* f, const T* bias, const OutSpec& y,
-                        const CpuExecutor& ex) {
+                        const CpuExecutor& ex, bool f_transposed = false) {
     constexpr int BF = kLanes * NW;
     constexpr i64 MBMAX = 8 * NP, KC = (i64(32) << 10) / (BF * i64(sizeof(T)));
     const i64 nb = ceil_div(p.Co, BF), M = p.N * p.H * p.W, K = p.Cg;
@@ -234,7 +235,9 @@ struct FpropKernels : KernelBase<V> {
       for (i64 u = u0; u < u1; ++u) {
         const i64 b = u / K, i = u % K;
         const T* src = f + i * p.Co + b * BF;
-        if ((b + 1) * BF <= p.Co) {  // a whole block: vector copies (1x1 7x7 2048->512, batch 1: 2.94 -> 2.67 ms)
+        if (f_transposed) {  // lane l reads row b*BF + l; consecutive units walk the same BF rows
+          for (i64 l = 0; l < BF; ++l) wp[u * BF + l] = b * BF + l < p.Co ? f[(b * BF + l) * K + i] : T(0);
+        } else if ((b + 1) * BF <= p.Co) {  // a whole block: vector copies (1x1 7x7 2048->512, batch 1: 2.94 -> 2.67 ms)
           for (int j = 0; j < NW; ++j) V::store(wp.data() + u * BF + j * kLanes, V::load(src + j * kLanes));
         } else {
           for (i64 l = 0; l < BF; ++l) wp[u * BF + l] = b * BF + l < p.Co ? src[l] : T(0);
@@ -247,16 +250,45 @@ struct FpropKernels : KernelBase<V> {
     const Strides4 ys = y.s;
     ex.parallel_for(ceil_div(M, MB) * nb, MB * K * BF, [&](i64 u0, i64 u1) {
       FpEnvGuard guard;
-      std::vector<T> tile(MBMAX * BF);
+      std::vector<T> tile(K > KC ? MBMAX * BF : 0);
+      const T* px[MBMAX];  // pixel m0 + q's input channels
+      i64 yo[MBMAX];       // ... and its output offset
       for (i64 u = u0; u < u1; ++u) {
         const i64 b = u % nb, m0 = u / nb * MB;  // channel blocks innermost: they share the pixels
         const T* wb = wp.data() + b * K * BF;
-        std::fill(tile.begin(), tile.end(), T(0));
-        const T* px[MBMAX];  // pixel m0 + q's input channels
+        // The unit's pixels by increments, not two divisions each (at K = 64
+        // those cost as much as a third of the fmas).
+        i64 row = m0 / p.W, col = m0 % p.W, n = row / p.H, oh = row % p.H;
         for (i64 q = 0; q < MB; ++q) {
-          const i64 m = m0 + q, row = m / p.W;
-          px[q] = m < M ? x.row(row) + (m - row * p.W) * p.C : zeros.data();
+          const bool in = m0 + q < M;
+          px[q] = in ? x.row(row) + col * p.C : zeros.data();
+          yo[q] = in ? ys.at(n, oh, col, 0) : 0;
+          if (++col == p.W) {
+            col = 0;
+            ++row;
+            if (++oh == p.H) oh = 0, ++n;
+          }
         }
+        auto put = [&](i64 q, int j, Vec a) {
+          if (bias) a = V::add(a, V::load(bp.data() + b * BF + j * kLanes));
+          const i64 o = b * BF + j * kLanes;
+          put_lanes(y, a, yo[q] + o * ys.c, ys.c, p.Co - o);
+        };
+        if (K <= KC) {  // one chunk: the whole fold in registers, no tile
+          for (i64 q0 = 0; q0 < MB && m0 + q0 < M; q0 += NP) {
+            const T* xp[NP];
+            Vec acc[NP][NW];
+            for (int q = 0; q < NP; ++q) {
+              xp[q] = px[q0 + q];
+              for (int j = 0; j < NW; ++j) acc[q][j] = V::zero();
+            }
+            Base::template micro<NP, NW>(acc, xp, wb, K);
+            for (int q = 0; q < NP && m0 + q0 + q < M; ++q)
+              for (int j = 0; j < NW; ++j) put(q0 + q, j, acc[q][j]);
+          }
+          continue;
+        }
+        std::fill(tile.begin(), tile.end(), T(0));
         for (i64 k0 = 0; k0 < K; k0 += KC) {
           const i64 kn = std::min(KC, K - k0);
           for (i64 q0 = 0; q0 < MB && m0 + q0 < M; q0 += NP) {
@@ -265,15 +297,8 @@ struct FpropKernels : KernelBase<V> {
             Base::template micro_mem<NP, NW>(tile.data() + q0 * BF, xp, wb + k0 * BF, kn);
           }
         }
-        for (i64 q = 0; q < MB && m0 + q < M; ++q) {
-          const i64 m = m0 + q, n = m / (p.H * p.W), oh = m / p.W % p.H, ow = m % p.W;
-          for (int j = 0; j < NW; ++j) {
-            Vec a = V::load(tile.data() + q * BF + j * kLanes);
-            if (bias) a = V::add(a, V::load(bp.data() + b * BF + j * kLanes));
-            const i64 o = b * BF + j * kLanes;
-            put_lanes(y, a, ys.at(n, oh, ow, o), ys.c, p.Co - o);
-          }
-        }
+        for (i64 q = 0; q < MB && m0 + q < M; ++q)
+          for (int j = 0; j < NW; ++j) put(q, j, V::load(tile.data() + q * BF + j * kLanes));
       }
     });
   }
@@ -434,8 +459,11 @@ struct FpropKernels : KernelBase<V> {
     if (p.Cg == 1 && p.Cog() < kLanes) {
       if (!fprop_dw3<T>(p, x, f, bias, y, ex)) fprop_dw<PW, NV, 0>(p, x, f, bias, y, ex);
     } else if (p.KH == 1 && p.KW == 1 && p.sh == 1 && p.sw == 1 && p.pt == 0 && p.pl == 0 && p.OH == p.H &&
-               p.OW == p.W && p.G == 1 && p.filter_elems() * i64(sizeof(T)) > Base::kFilterL2Bytes) {
-      fprop_1x1<Base::PG, NV>(p, x, f, bias, y, ex);  // AVX2: 6x2 blocks, 1x1 7x7x2048 fwd 0.69 -> 0.85 of oneDNN
+               p.OW == p.W && p.G == 1 && (Base::PG > Base::PF || p.filter_elems() * i64(sizeof(T)) > Base::kFilterL2Bytes)) {
+      // Where its register block is the larger one (AVX2: 6x2 against 4x2; batch 8, two threads, in one
+      // process: 1x1 56x56 256->64 6.51 -> 5.83 ms, 64->256 6.94 -> 6.14, 28x28 512->128 5.98 -> 5.12;
+      // AVX-512, 8x2 both: within noise), or the filter is past L2 (AVX2: 1x1 7x7x2048 0.69 -> 0.85 of oneDNN).
+      fprop_1x1<Base::PG, NV>(p, x, f, bias, y, ex);
     } else if (Base::sevens(p.OW, Base::PF)) {
       fprop_dense<7, NV>(p, x, f, bias, y, ex);  // 7x7, 14x14, 28x28: whole blocks (measured: 3x3 7x7x512 +12%)
     } else {
