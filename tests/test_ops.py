@@ -271,6 +271,34 @@ def test_large_outputs_streamed(rng, stride, dtype):
         detconv.set_cpu_isa("auto")
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_large_dense_outputs_streamed(rng, dtype):
+    # The dense kernels stream outputs of 4 MiB and more too: the forward's register blocks (3x3 and, on
+    # AVX-512, 1x1), the 1x1 GEMM (forward on AVX2, input gradient on both) and the dense input gradient.
+    # 1040 channels: a partial last block on every path, whose short vectors take ordinary stores.
+    h = 32 if dtype == "float32" else 64
+    wide = 1040
+    x1, f1 = rand(rng, (1, h, 32, 64), dtype), rand(rng, (1, 1, 64, wide), dtype)
+    x3, f3 = rand(rng, (1, h, 32, 8), dtype), rand(rng, (3, 3, 8, wide), dtype)
+    dy1, g1 = rand(rng, (1, h, 32, 64), dtype), rand(rng, (1, 1, wide, 64), dtype)
+    dy3, g3 = rand(rng, (1, h, 32, 8), dtype), rand(rng, (3, 3, wide, 8), dtype)
+    big = (1, h, 32, wide)
+    want = {"1x1 forward": ref.conv2d(x1, f1, 1, "SAME"), "3x3 forward": ref.conv2d(x3, f3, 1, "SAME"),
+            "1x1 dx": ref.conv2d_backprop_input(dy1, g1, big, 1, "SAME"),
+            "3x3 dx": ref.conv2d_backprop_input(dy3, g3, big, 1, "SAME")}
+    assert all(w.nbytes >= 4 << 20 for w in want.values())
+    try:
+        for isa in detconv.cpu_isa(supported=True):
+            assert detconv.set_cpu_isa(isa)
+            got = {"1x1 forward": detconv.conv2d(x1, f1, 1, "SAME"), "3x3 forward": detconv.conv2d(x3, f3, 1, "SAME"),
+                   "1x1 dx": detconv.conv2d_backprop_input(big, g1, dy1, 1, "SAME"),
+                   "3x3 dx": detconv.conv2d_backprop_input(big, g3, dy3, 1, "SAME")}
+            for name, w in want.items():
+                assert_bits_equal(got[name].numpy(), w, f"{isa} {name}")
+    finally:
+        detconv.set_cpu_isa("auto")
+
+
 @pytest.mark.parametrize("dtype,acc", DTYPES, ids=DTYPE_IDS)
 def test_conv1d_transpose_matches_reference(rng, dtype, acc):
     dy = rand(rng, (2, 9, 5), dtype)

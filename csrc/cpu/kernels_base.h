@@ -60,6 +60,7 @@ struct KernelBase {
     // 32 MiB: 3x3 112x112x32 dx 2.13 -> 1.81 ms and forward 1.75 -> 1.56 ms, 56x56x144 dx 2.57 -> 1.86 ms
     // and forward 2.72 -> 2.05 ms (AVX-512; AVX2 alike). A consumer then reads the output from memory
     // rather than L3; in TensorFlow's pipelines the next layer rarely finds a 4 MiB+ tensor in L2 anyway.
+    // Dense forward and dx outputs stream too (measured there: 1x1 layers 5-33% faster, 3x3 unchanged).
     constexpr i64 kStreamBytes = i64(4) << 20;
     const i64 a = sizeof(Vec) / sizeof(T);
     const bool native = out.dtype == (sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32);
