@@ -54,6 +54,8 @@ CASES_2D_KERNELS = [
     # 4 chunks starting mid-row, the last i-block part empty (14 = 6 + 6 + 2).
     ("1x1-packed-dw", (2, 9, 13, 14), (1, 1, 14, 460), 1, 1, "SAME"),
     ("3x3-packed-dw", (2, 17, 21, 5), (3, 3, 5, 460), (2, 1), 1, "SAME"),  # padded taps packed as +0, 6 chunks
+    # Rows the AVX2 forward takes in 6-pixel blocks (23 = 6*4 - 1), with groups and dilation.
+    ("rows-of-23-groups-d2", (1, 5, 23, 8), (3, 3, 4, 10), 1, 2, "SAME"),
 ]
 
 # Depthwise 3x3 layers whose float16 x and dy the CPU kernels read in place, widened per vector

@@ -78,7 +78,9 @@ def test_every_isa_path_same_bits(rng, isa):
     try:
         K.set_cpu_isa(isa)
         assert K.cpu_isa() == isa
-        for case in (CASES[0], CASES[5], *(c for c in CASES if c[0] in ("dw-chunks-s2", "dw-s2-even"))):
+        # ... and the 1x1 GEMM (AVX2: forward and dx) and the AVX2 forward's 6-pixel dense blocks.
+        picked = ("dw-chunks-s2", "dw-s2-even", "1x1-wide", "rows-of-23-groups-d2")
+        for case in (CASES[0], CASES[5], *(c for c in CASES if c[0] in picked)):
             _, x_shape, f_shape, strides, dilations, padding = case
             for dtype, accumulation in DTYPES:
                 x, f, b, dy = _operands(rng, x_shape, f_shape, strides, dilations, padding, dtype, accumulation)
