@@ -564,7 +564,7 @@ struct DgradKernels : KernelBase<V> {
       return;
     }
     // A 1x1, stride-1, unpadded, one-group dx is the forward pass of dy with
-    // the filter transposed ([Co][C], which f read as it is: f_transposed):
+    // the filter transposed ([Co][C]: f as it is, read with f_transposed):
     // the same fold (o ascending, no tap misses an output), in the forward's
     // 1x1 GEMM blocks over whole images instead of row blocks. Measured (one
     // thread, batch 8), AVX2: 1x1 56x56 256->64 16.9 -> 14.9 ms, 64->256 13.1

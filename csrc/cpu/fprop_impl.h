@@ -217,14 +217,16 @@ struct FpropKernels : KernelBase<V> {
     });
   }
 
-  // 1x1, stride 1, no padding, one group, filter past L2: a GEMM over all
-  // N*H*W pixels (flattened: blocks run across rows). A unit is MB pixels of
-  // one channel block; their accumulators live in a memory tile while the
-  // fold over i runs in chunks of KC, in order, so each chunk's filter slice
-  // (KC x BF, 32 KiB) stays in L1 across the unit's pixel blocks instead of
-  // the whole block's filter streaming from L3 for every 8 pixels.
-  template <int NP, int NW>
+  // 1x1, stride 1, no padding, one group: a GEMM over all N*H*W pixels
+  // (flattened: blocks run across rows), for filters past L2 and, where its
+  // block is the larger (AVX2), for every such forward and input gradient. A
+  // unit is MB pixels of one channel block. A fold that fits one chunk of KC
+  // stays in registers; a longer one keeps its accumulators in a memory tile
+  // and runs in chunks of KC, in order, so each chunk's filter slice (KC x BF,
+  // 32 KiB) stays in L1 across the unit's pixel blocks instead of the whole
+  // block's filter streaming from L3 for every 8 pixels.
   // f_transposed: f is [Co][Cg] (a 1x1 input gradient's filter as it comes), not [Cg][Co].
+  template <int NP, int NW>
   static void fprop_1x1(const ConvProblem& p, const Rows<T>& x, const T* f, const T* bias, const OutSpec& y,
                         const CpuExecutor& ex, bool f_transposed = false) {
     constexpr int BF = kLanes * NW;
