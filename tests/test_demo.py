@@ -56,6 +56,16 @@ def test_benchmark_smoke():
     assert "geometric mean of ratios" in p.stdout
 
 
+def test_keras_fit_benchmark_smoke():
+    script = os.path.join(ROOT, "benchmarks", "keras_fit.py")
+    if not os.path.isfile(script):
+        pytest.skip("benchmarks/keras_fit.py is not in this checkout")
+    p = _run([script, "--smoke"], timeout=300)
+    assert p.returncode == 0, f"keras_fit failed ({p.returncode}):\n{p.stdout}\n{p.stderr[-3000:]}"
+    row = next(line.split() for line in p.stdout.splitlines() if line.startswith("smoke "))
+    assert float(row[3]) > 0 and row[4] == "2", p.stdout  # a ratio, and both convolutions swapped
+
+
 def test_cli_bench_without_checkout(monkeypatch, capsys):
     monkeypatch.setattr(cli, "_benchmark_script", lambda: None)
     assert cli.main(["bench", "--quick"]) == 2
