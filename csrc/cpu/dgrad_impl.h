@@ -572,8 +572,8 @@ struct DgradKernels : KernelBase<V> {
     // -10%. Past kFilterL2Bytes only where the GEMM's register block is the
     // larger one (two threads, AVX2: 1x1 14x14 1024->256 7.94 -> 6.46 ms, 7x7
     // 2048->512 7.37 -> 6.13 ms; AVX-512, 8 pixels both: 5.31 -> 5.88, so not).
-    if (p.KH == 1 && p.KW == 1 && p.sh == 1 && p.sw == 1 && p.pt == 0 && p.pl == 0 && p.OH == p.H &&
-        p.OW == p.W && p.G == 1 && (Base::PG > Base::PD || p.filter_elems() * i64(sizeof(T)) <= Base::kFilterL2Bytes)) {
+    if (Base::flat_pixels(p) && p.G == 1 &&
+        (Base::PG > Base::PD || p.filter_elems() * i64(sizeof(T)) <= Base::kFilterL2Bytes)) {
       ConvProblem q = p;
       q.C = q.Cg = p.Co;
       q.Co = p.C;

@@ -175,42 +175,42 @@ struct FpropKernels : KernelBase<V> {
             emit(wb * NP, acc);
           }
         } else {
-          for (i64 blk = 0; blk < owb * (b1 - b0); ++blk) {  // pixel blocks, channel blocks inside
-            const i64 ow0 = blk / (b1 - b0) * NP;
-            b = b0 + blk % (b1 - b0);
-            wg = wp.data() + (g * nb + b) * taps * BF;
-            wrg = wrow.data() + (g * nb + b) * p.KH * BF;
-            // With one group and no width dilation, the (kw, i) part of the fold
-            // walks one contiguous run of KW*C input values; where the run lies
-            // inside the row for all NP outputs, fold it in one sweep.
-            const bool run = p.G == 1 && p.dw == 1 && ow0 + NP <= p.OW && fprop_in_col(p, ow0, 0) >= 0 &&
-                             fprop_in_col(p, ow0 + NP - 1, p.KW - 1) < p.W;
-            Vec acc[NP][NW];
-            for (int q = 0; q < NP; ++q)
-              for (int j = 0; j < NW; ++j) acc[q][j] = V::zero();
-            for (i64 kh = 0; kh < p.KH; ++kh) {
-              const i64 ih = fprop_in_row(p, oh, kh);
-              if (!row_in(kh)) {  // a padded row's (kw, i) in one fma
-                for (int j = 0; j < NW; ++j) {
-                  const Vec wv = V::load(wrg + kh * BF + j * kLanes);
-                  for (int q = 0; q < NP; ++q) acc[q][j] = V::fma(V::zero(), wv, acc[q][j]);
+          for (i64 wb = 0; wb < owb; ++wb)
+            for (b = b0; b < b1; ++b) {  // pixel blocks, channel blocks inside
+              const i64 ow0 = wb * NP;
+              wg = wp.data() + (g * nb + b) * taps * BF;
+              wrg = wrow.data() + (g * nb + b) * p.KH * BF;
+              // With one group and no width dilation, the (kw, i) part of the fold
+              // walks one contiguous run of KW*C input values; where the run lies
+              // inside the row for all NP outputs, fold it in one sweep.
+              const bool run = p.G == 1 && p.dw == 1 && ow0 + NP <= p.OW && fprop_in_col(p, ow0, 0) >= 0 &&
+                               fprop_in_col(p, ow0 + NP - 1, p.KW - 1) < p.W;
+              Vec acc[NP][NW];
+              for (int q = 0; q < NP; ++q)
+                for (int j = 0; j < NW; ++j) acc[q][j] = V::zero();
+              for (i64 kh = 0; kh < p.KH; ++kh) {
+                const i64 ih = fprop_in_row(p, oh, kh);
+                if (!row_in(kh)) {  // a padded row's (kw, i) in one fma
+                  for (int j = 0; j < NW; ++j) {
+                    const Vec wv = V::load(wrg + kh * BF + j * kLanes);
+                    for (int q = 0; q < NP; ++q) acc[q][j] = V::fma(V::zero(), wv, acc[q][j]);
+                  }
+                  continue;
                 }
-                continue;
+                if (run) {
+                  const T* xp[NP];
+                  for (int q = 0; q < NP; ++q) xp[q] = x.row(n * p.H + ih) + fprop_in_col(p, ow0 + q, 0) * p.C;
+                  Base::template micro<NP, NW>(acc, xp, wg + kh * p.KW * p.Cg * BF, p.KW * p.Cg);
+                  continue;
+                }
+                for (i64 kw = 0; kw < p.KW; ++kw) {
+                  const T* xp[NP];
+                  tap(ow0, kh, kw, xp);
+                  Base::template micro<NP, NW>(acc, xp, wg + (kh * p.KW + kw) * p.Cg * BF, p.Cg);
+                }
               }
-              if (run) {
-                const T* xp[NP];
-                for (int q = 0; q < NP; ++q) xp[q] = x.row(n * p.H + ih) + fprop_in_col(p, ow0 + q, 0) * p.C;
-                Base::template micro<NP, NW>(acc, xp, wg + kh * p.KW * p.Cg * BF, p.KW * p.Cg);
-                continue;
-              }
-              for (i64 kw = 0; kw < p.KW; ++kw) {
-                const T* xp[NP];
-                tap(ow0, kh, kw, xp);
-                Base::template micro<NP, NW>(acc, xp, wg + (kh * p.KW + kw) * p.Cg * BF, p.Cg);
-              }
+              emit(ow0, acc);
             }
-            emit(ow0, acc);
-          }
         }
       }
       if (stream) V::fence();
@@ -240,10 +240,12 @@ struct FpropKernels : KernelBase<V> {
     ex.parallel_for(nb * K, BF, [&](i64 u0, i64 u1) {
       for (i64 u = u0; u < u1; ++u) {
         const i64 b = u / K, i = u % K;
-        const T* src = f + i * p.Co + b * BF;
         if (f_transposed) {  // lane l reads row b*BF + l; consecutive units walk the same BF rows
           for (i64 l = 0; l < BF; ++l) wp[u * BF + l] = b * BF + l < p.Co ? f[(b * BF + l) * K + i] : T(0);
-        } else if ((b + 1) * BF <= p.Co) {  // a whole block: vector copies (1x1 7x7 2048->512, batch 1: 2.94 -> 2.67 ms)
+          continue;
+        }
+        const T* src = f + i * p.Co + b * BF;
+        if ((b + 1) * BF <= p.Co) {  // a whole block: vector copies (1x1 7x7 2048->512, batch 1: 2.94 -> 2.67 ms)
           for (int j = 0; j < NW; ++j) V::store(wp.data() + u * BF + j * kLanes, V::load(src + j * kLanes));
         } else {
           for (i64 l = 0; l < BF; ++l) wp[u * BF + l] = b * BF + l < p.Co ? src[l] : T(0);
@@ -470,8 +472,8 @@ struct FpropKernels : KernelBase<V> {
                     const CpuExecutor& ex) {
     if (p.Cg == 1 && p.Cog() < kLanes) {
       if (!fprop_dw3<T>(p, x, f, bias, y, ex)) fprop_dw<PW, NV, 0>(p, x, f, bias, y, ex);
-    } else if (p.KH == 1 && p.KW == 1 && p.sh == 1 && p.sw == 1 && p.pt == 0 && p.pl == 0 && p.OH == p.H &&
-               p.OW == p.W && p.G == 1 && (Base::PG > Base::PF || p.filter_elems() * i64(sizeof(T)) > Base::kFilterL2Bytes)) {
+    } else if (Base::flat_pixels(p) && p.G == 1 &&
+               (Base::PG > Base::PF || p.filter_elems() * i64(sizeof(T)) > Base::kFilterL2Bytes)) {
       // Where its register block is the larger one (AVX2: 6x2 against 4x2; batch 8, two threads, in one
       // process: 1x1 56x56 256->64 6.51 -> 5.83 ms, 64->256 6.94 -> 6.14, 28x28 512->128 5.98 -> 5.12;
       // AVX-512, 8x2 both: within noise), or the filter is past L2 (AVX2: 1x1 7x7x2048 0.69 -> 0.85 of oneDNN).

@@ -50,6 +50,14 @@ struct KernelBase {
   // Rows of 7, 14 or 28 pixels (not a multiple of 8) fit whole 7-pixel blocks where blocks (np) are 8 wide.
   static constexpr bool sevens(i64 width, int np) { return np == 8 && width % 8 != 0 && width % 7 == 0; }
 
+  // True when pixel r of x and of its output is pixel r of the flat image: a
+  // 1x1 filter, stride 1, no padding (every position inside). With one group,
+  // the forward pass and input gradient are then one GEMM (fprop_1x1); the
+  // filter gradient folds x and dy in place (wgrad_impl.h).
+  static bool flat_pixels(const ConvProblem& p) {
+    return p.KH == 1 && p.KW == 1 && p.sh == 1 && p.sw == 1 && p.pt == 0 && p.pl == 0 && p.OH == p.H && p.OW == p.W;
+  }
+
   // Whether out can take whole-vector non-temporal stores at every (n, h, w) pixel and every channel
   // offset that is a multiple of kLanes: its own accumulator type (or 16-bit values rounded from
   // float lanes), channels contiguous, and the base and pixel strides vector-aligned. Worth it once
@@ -70,12 +78,16 @@ struct KernelBase {
            out.s.w % a == 0 && out.s.h % a == 0 && out.s.n % a == 0 && elems * bytes >= kStreamBytes;
   }
   // One whole vector to out at base through a non-temporal store (put_lanes with `stream`).
+  // One vector of float lanes rounded to out's 16-bit type (float16 or bfloat16) at dst.
+  static void store16(const OutSpec& out, std::uint16_t* dst, Vec v) {
+    if (out.dtype == DType::kFloat16) V::store_half(dst, v);
+    else V::store_bf16(dst, v);
+  }
   static void stream_vector(const OutSpec& out, Vec v, i64 base) {
     if constexpr (sizeof(T) == 4) {
       if (out.dtype == DType::kFloat16 || out.dtype == DType::kBFloat16) {  // rounded as put_lanes, then streamed
         alignas(64) std::uint16_t h[kLanes];
-        if (out.dtype == DType::kFloat16) V::store_half(h, v);
-        else V::store_bf16(h, v);
+        store16(out, h, v);
         V::stream16(static_cast<std::uint16_t*>(out.base) + base, h);
         return;
       }
@@ -108,8 +120,7 @@ struct KernelBase {
         std::uint16_t* dst = static_cast<std::uint16_t*>(out.base) + base;
         alignas(64) std::uint16_t h[kLanes];
         std::uint16_t* to = stride == 1 && n >= kLanes ? dst : h;  // whole vectors straight out, else scattered
-        if (out.dtype == DType::kFloat16) V::store_half(to, v);
-        else V::store_bf16(to, v);
+        store16(out, to, v);
         if (to == h)
           for (i64 l = 0; l < n && l < kLanes; ++l) dst[l * stride] = h[l];
         return;

@@ -105,14 +105,8 @@ struct WgradKernels : KernelBase<V> {
       for (int j = 0; j < NW; ++j) acc[t][j] = a[t][j];
   }
 
-  // True when pixel r of x and of dy is pixel r of the flat image: a 1x1
-  // filter, stride 1, no padding (every position inside; the same fold as
-  // wgrad_dense_fold's).
-  static bool flat_pixels(const ConvProblem& p) {
-    return p.KH == 1 && p.KW == 1 && p.sh == 1 && p.sw == 1 && p.pt == 0 && p.pl == 0 && p.OH == p.H && p.OW == p.W;
-  }
 
-  // dy_runs (below) for a flat_pixels problem's x and dy together: fn(e, xp,
+  // dy_runs (below) for a flat_pixels (KernelBase) problem's x and dy together: fn(e, xp,
   // dyp, n), x pixels at xp (stride C).
   template <class Fn>
   static void flat_runs(const ConvProblem& p, const Chunks& ch, i64 k, const Rows<T>& x, const Rows<T>& dy, Fn&& fn) {
@@ -251,7 +245,7 @@ struct WgradKernels : KernelBase<V> {
     const i64 cog = p.Cog(), nb = ceil_div(cog, BW), F = p.filter_elems();
     const i64 kwn = joint ? 1 : p.KW, ib = ceil_div(joint ? p.KW * p.Cg : p.Cg, NI);  // tiles per filter row: kwn * ib
     const i64 units = ch.P * p.G * nb * p.KH * kwn * ib;
-    const bool flat = flat_pixels(p);
+    const bool flat = Base::flat_pixels(p);
     // Packing x costs about one unit's fmas; it pays where many o-blocks share
     // it (and joint tiles need it).
     const bool pack = nb >= 8 || joint;
