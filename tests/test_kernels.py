@@ -436,3 +436,44 @@ def test_packed_filter_gradient_3d(rng):
             assert_bits_equal(K.conv3d_backprop_filter(x, dy, f_shape, 1, "SAME"), want, f"{isa} dw")
     finally:
         K.set_cpu_isa(before)
+
+
+# Rows of every width up to 14 (each remainder mod 6, rows narrower than a
+# block): where 6-pixel blocks run (AVX2), narrower ones end each row or stride
+# phase (RowBlocks; Base::tail_blocks); elsewhere one block runs past the row.
+TAIL_CASES = (  # name, f_shape (KH, KW, Cg, Co), strides, dilations, padding, groups
+    ("3x3-same", (3, 3, 16, 20), 1, 1, "SAME", 1),
+    ("1x3-s2-valid", (1, 3, 8, 16), 2, 1, "VALID", 1),
+    ("3x2-d2-groups", (3, 2, 6, 24), 1, 2, "SAME", 2),
+    ("2x3-s3-explicit", (2, 3, 5, 17), 3, 1, ((1, 0), (2, 1)), 1),
+)
+
+
+@pytest.mark.parametrize("isa", _isas())
+def test_row_tail_blocks(rng, isa):
+    before = K.cpu_isa()
+    try:
+        K.set_cpu_isa(isa)
+        for name, f_shape, s, d, padding, groups in TAIL_CASES:
+            for w in range(1, 15):
+                if padding == "VALID" and w < (f_shape[1] - 1) * d + 1:
+                    continue
+                x = rand(rng, (2, 4, w, f_shape[2] * groups), "float32")
+                f = rand(rng, f_shape, "float32")
+                a = dict(strides=s, padding=padding, dilations=d)
+                y = ref.conv2d(x, f, **a)
+                dy = rand(rng, y.shape, "float32")
+                assert_bits_equal(K.conv2d(x, f, **a), y, f"{isa} {name} width {w} forward")
+                assert_bits_equal(K.conv2d_backprop_input(dy, f, x.shape, **a),
+                                  ref.conv2d_backprop_input(dy, f, x.shape, **a), f"{isa} {name} width {w} dx")
+        for w in (2, 7, 8, 13):  # 3-D: the same blocks, depth as rows (forward) and depth-aware (dx)
+            for s in (1, 2):
+                x = rand(rng, (2, 3, 4, w, 8), "float32")
+                f = rand(rng, (3, 3, 3, 8, 16), "float32")
+                y = ref.conv3d(x, f, s, "SAME")
+                dy = rand(rng, y.shape, "float32")
+                assert_bits_equal(K.conv3d(x, f, s, "SAME"), y, f"{isa} 3-D width {w} stride {s} forward")
+                assert_bits_equal(K.conv3d_backprop_input(dy, f, x.shape, s, "SAME"),
+                                  ref.conv3d_backprop_input(dy, f, x.shape, s, "SAME"), f"{isa} 3-D width {w} dx")
+    finally:
+        K.set_cpu_isa(before)

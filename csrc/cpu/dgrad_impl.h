@@ -8,36 +8,51 @@ struct DgradKernels : KernelBase<V> {
 
   // A tap that reaches no output is skipped, never multiplied by +0 (that
   // would turn an underflowed -0 accumulator into +0, or 0*inf into NaN).
-  // Register blocks therefore hold NP input pixels of one stride phase,
-  // iw = ph + (k*NP + q)*sw: such pixels meet the same taps except at the
-  // borders, where the few valid pixels are folded one at a time.
+  // Register blocks therefore hold pixels of one stride phase,
+  // iw = ph + k*sw: such pixels meet the same taps except at the borders,
+  // where the few valid pixels are folded one at a time. A phase's pixels run
+  // in RowBlocks<NP, NMIN>; with NMIN == NP, a phase's last block, where the
+  // phase has NP pixels or more, moves back to end at its last pixel instead:
+  // every pixel is real, and pixels q < store_from, which the block before
+  // also folds (same bits), are stored by that block only.
+  template <int NP, int NMIN>
   struct PixelBlocks {
+    using Blocks = typename Base::template RowBlocks<NP, NMIN>;
     i64 sw, W, blocks_per_phase;
-    PixelBlocks(const ConvProblem& p, int NP) : sw(p.sw), W(p.W), blocks_per_phase(ceil_div(ceil_div(p.W, p.sw), NP)) {}
+    explicit PixelBlocks(const ConvProblem& p)
+        : sw(p.sw), W(p.W), blocks_per_phase(Blocks(ceil_div(p.W, p.sw)).count()) {}  // phase 0 has the most
     i64 count() const { return sw * blocks_per_phase; }
-    // The NP pixels of block b (-1 past the row), but a phase's last block, where the phase has NP pixels or
-    // more, moves back to end at its last pixel: every pixel is real, and
-    // pixels q < store_from, which the block before also folds (same bits),
-    // are stored by that block only.
-    template <int NP>
-    void cols_full(i64 b, i64 (&iw)[NP], int& store_from) const {
-      const i64 ph = b / blocks_per_phase, count = ph < W ? ceil_div(W - ph, sw) : 0;
-      i64 first = b % blocks_per_phase * NP;
-      store_from = 0;
-      if (first + NP > count && count >= NP) {
-        store_from = int(first - (count - NP));
-        first = count - NP;
+    struct Block {
+      i64 ph, first;   // pixel q is iw = ph + (first + q)*sw, or none (-1) past the row
+      int width = 0;   // 0: this phase has no block b
+      int store_from = 0;
+      i64 col(int q) const { return first + q; }
+    };
+    Block block(i64 b) const {
+      Block k;
+      k.ph = b / blocks_per_phase;
+      const i64 n = k.ph < W ? ceil_div(W - k.ph, sw) : 0, j = b % blocks_per_phase;  // n: the phase's pixels
+      if (NMIN == NP) {
+        k.first = j * NP;
+        k.width = k.first < n ? NP : 0;
+        if (k.first + NP > n && n >= NP) {
+          k.store_from = int(k.first - (n - NP));
+          k.first = n - NP;
+        }
+        return k;
       }
-      for (int q = 0; q < NP; ++q) {
-        const i64 c = ph + (first + q) * sw;
-        iw[q] = c < W ? c : -1;
+      const Blocks rb(n);
+      if (j < rb.count()) {
+        k.first = rb.first(j);
+        k.width = rb.width(j);
       }
+      return k;
     }
   };
 
   // Dense: lanes over BW input channels i of one group. Also every 3-D
   // problem's dx (any group size): depth is folded outermost, (kd, kh, kw, o).
-  template <int NP, int NW = NV>
+  template <int NP, int NW = NV, int NMIN = NP>
   static void dgrad_dense(const ConvProblem& p, const Rows<T>& dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
     constexpr int BW = kLanes * NW;
     const i64 cog = p.Cog(), nb = ceil_div(p.Cg, BW), taps = p.taps();
@@ -62,7 +77,7 @@ struct DgradKernels : KernelBase<V> {
         }
       }
     });
-    const PixelBlocks pb(p, NP);
+    const PixelBlocks<NP, NMIN> pb(p);
     const i64 units = p.N * p.D * p.H * p.G * nb * pb.count();
     const Strides4 xs = dx.s;
     struct TapCols {
@@ -102,63 +117,71 @@ struct DgradKernels : KernelBase<V> {
             id = rem % p.D; n = rem / p.D;
           }
         }
-        i64 iw[NP];
-        int store_from;
-        pb.cols_full(c.inner, iw, store_from);
-        if (iw[0] < 0) continue;  // a phase with no pixel here
-        // Pixel q is column iw[0] + q*sw, so tap kw reaches all of them by
-        // stride or none, and reaches dy columns ow0 + q. Which pixels each kw
-        // reaches is the same for every (kd, kh): found once per block. A pixel
-        // a tap does not reach (or past the row) keeps its bits (micro_range).
-        for (i64 kw = 0; kw < p.KW; ++kw) {
-          const i64 t0 = iw[0] + p.pl - kw * p.dw;
-          TapCols& tc = cols[kw];
-          tc.ow0 = t0 / p.sw;  // exact when the tap reaches the block
-          tc.lo = NP;
-          tc.hi = 0;
-          if (t0 % p.sw == 0)
-            for (int q = 0; q < NP; ++q)
-              if (iw[q] >= 0 && tc.ow0 + q >= 0 && tc.ow0 + q < p.OW) {
-                tc.lo = std::min(tc.lo, q);
-                tc.hi = q + 1;
-              }
-          tc.any = tc.lo < tc.hi;
-          tc.all = tc.lo == 0 && tc.hi == NP;
-        }
-        Vec acc[NP][NW];
-        for (int q = 0; q < NP; ++q)
-          for (int j = 0; j < NW; ++j) acc[q][j] = V::zero();
-        for (i64 kd = 0; kd < p.KD; ++kd) {
-          const i64 od = dgrad_out_dep(p, id, kd);
-          if (od < 0) continue;
-          for (i64 kh = 0; kh < p.KH; ++kh) {
-            const i64 oh = dgrad_out_row(p, ih, kh);
-            if (oh < 0) continue;
-            const T* row = dy.row((n * p.OD + od) * p.OH + oh) + g * cog;
-            const T* wrow = wt.data() + ((g * nb + b) * taps + (kd * p.KH + kh) * p.KW) * cog * BW;
-            for (i64 kw = 0; kw < p.KW; ++kw) {
-              const TapCols& tc = cols[kw];
-              if (!tc.any) continue;
-              const T* dp[NP];
-              // Same micro-kernel as the forward pass, over o_local instead of i.
-              if (tc.all) {
-                for (int q = 0; q < NP; ++q) dp[q] = row + (tc.ow0 + q) * p.Co;
-                Base::template micro<NP, NW>(acc, dp, wrow + kw * cog * BW, cog);
-              } else {
-                // Read for q in [lo, hi) only; the others point at a pixel that is (no address past the row).
-                for (int q = 0; q < NP; ++q) dp[q] = row + (tc.ow0 + std::min(std::max(q, tc.lo), tc.hi - 1)) * p.Co;
-                Base::template micro_range<NP, NW>(acc, dp, tc.lo, tc.hi, wrow + kw * cog * BW, cog);
+        const auto blk = pb.block(c.inner);
+        if (blk.width == 0) continue;  // a phase with no pixel here
+        // One block of NB pixels (NB == blk.width).
+        auto block = [&](auto nb_c) __attribute__((always_inline)) {
+          constexpr int NB = decltype(nb_c)::value;
+          i64 iw[NB];
+          for (int q = 0; q < NB; ++q) {
+            const i64 col = blk.ph + blk.col(q) * p.sw;
+            iw[q] = col < p.W ? col : -1;
+          }
+          // Pixel q is column iw[0] + q*sw, so tap kw reaches all of them by
+          // stride or none, and reaches dy columns ow0 + q. Which pixels each kw
+          // reaches is the same for every (kd, kh): found once per block. A pixel
+          // a tap does not reach (or past the row) keeps its bits (micro_range).
+          for (i64 kw = 0; kw < p.KW; ++kw) {
+            const i64 t0 = iw[0] + p.pl - kw * p.dw;
+            TapCols& tc = cols[kw];
+            tc.ow0 = t0 / p.sw;  // exact when the tap reaches the block
+            tc.lo = NB;
+            tc.hi = 0;
+            if (t0 % p.sw == 0)
+              for (int q = 0; q < NB; ++q)
+                if (iw[q] >= 0 && tc.ow0 + q >= 0 && tc.ow0 + q < p.OW) {
+                  tc.lo = std::min(tc.lo, q);
+                  tc.hi = q + 1;
+                }
+            tc.any = tc.lo < tc.hi;
+            tc.all = tc.lo == 0 && tc.hi == NB;
+          }
+          Vec acc[NB][NW];
+          for (int q = 0; q < NB; ++q)
+            for (int j = 0; j < NW; ++j) acc[q][j] = V::zero();
+          for (i64 kd = 0; kd < p.KD; ++kd) {
+            const i64 od = dgrad_out_dep(p, id, kd);
+            if (od < 0) continue;
+            for (i64 kh = 0; kh < p.KH; ++kh) {
+              const i64 oh = dgrad_out_row(p, ih, kh);
+              if (oh < 0) continue;
+              const T* row = dy.row((n * p.OD + od) * p.OH + oh) + g * cog;
+              const T* wrow = wt.data() + ((g * nb + b) * taps + (kd * p.KH + kh) * p.KW) * cog * BW;
+              for (i64 kw = 0; kw < p.KW; ++kw) {
+                const TapCols& tc = cols[kw];
+                if (!tc.any) continue;
+                const T* dp[NB];
+                // Same micro-kernel as the forward pass, over o_local instead of i.
+                if (tc.all) {
+                  for (int q = 0; q < NB; ++q) dp[q] = row + (tc.ow0 + q) * p.Co;
+                  Base::template micro<NB, NW>(acc, dp, wrow + kw * cog * BW, cog);
+                } else {
+                  // Read for q in [lo, hi) only; the others point at a pixel that is (no address past the row).
+                  for (int q = 0; q < NB; ++q) dp[q] = row + (tc.ow0 + std::min(std::max(q, tc.lo), tc.hi - 1)) * p.Co;
+                  Base::template micro_range<NB, NW>(acc, dp, tc.lo, tc.hi, wrow + kw * cog * BW, cog);
+                }
               }
             }
           }
-        }
-        for (int q = 0; q < NP; ++q)
-          for (int j = 0; j < NW; ++j) {
-            if (iw[q] < 0 || q < store_from) continue;
-            const i64 i0 = b * BW + j * kLanes;
-            const i64 c = g * p.Cg + i0;
-            put_lanes(dx, acc[q][j], xs.at5(n, id, ih, iw[q], c), xs.c, p.Cg - i0, stream && c % kLanes == 0);
-          }
+          for (int q = 0; q < NB; ++q)
+            for (int j = 0; j < NW; ++j) {
+              if (iw[q] < 0 || q < blk.store_from) continue;
+              const i64 i0 = b * BW + j * kLanes;
+              const i64 c = g * p.Cg + i0;
+              put_lanes(dx, acc[q][j], xs.at5(n, id, ih, iw[q], c), xs.c, p.Cg - i0, stream && c % kLanes == 0);
+            }
+        };
+        Base::template with_width<NP, NMIN>(blk.width, block);
       }
       if (stream) V::fence();
     });
@@ -284,7 +307,7 @@ struct DgradKernels : KernelBase<V> {
   // folds over its group's output channels c*cog + m, m ascending. A unit is
   // one input row: its dy rows are found once, then blocks of NP pixels of
   // each stride phase (the last one moved back to end at the phase's last
-  // pixel, as PixelBlocks::cols_full) times NW vectors of channels, channel
+  // pixel, as PixelBlocks with NMIN == NP) times NW vectors of channels, channel
   // blocks innermost. SW3 = 1: interior blocks take dgrad_dw3_block<1>;
   // SW3 = 2: blocks of NP consecutive pixels (both phases) take
   // dgrad_dw3_block<2> where interior, single-pixel blocks elsewhere.
@@ -542,9 +565,16 @@ struct DgradKernels : KernelBase<V> {
   static constexpr int DXW = Base::kWide ? Base::WideTile::kDx[1] : NV;
   static bool wide_dx(const ConvProblem& p) { return Base::kWide && p.Cg >= DXW * kLanes; }
 
+  // AVX2: the forward's 6-pixel blocks, narrower ones ending each stride phase (Base::tail_blocks).
+  static void dgrad_tail_blocks(const ConvProblem& p, const Rows<T>& dy, const T* f, const OutSpec& dx,
+                                const CpuExecutor& ex) {
+    if constexpr (Base::PG > Base::PD) dgrad_dense<Base::PG, NV, Base::kTailMin>(p, dy, f, dx, ex);
+  }
+
   static void dgrad(const ConvProblem& p, const Rows<T>& dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
     if (p.D != 1 || p.KD != 1) {  // three spatial dimensions: the depth-aware kernel
       if (wide_dx(p)) dgrad_dense<DXP, DXW>(p, dy, f, dx, ex);
+      else if (Base::tail_blocks(ceil_div(p.W, p.sw))) dgrad_tail_blocks(p, dy, f, dx, ex);
       else dgrad_dense<Base::PD>(p, dy, f, dx, ex);
       return;
     }
@@ -584,6 +614,7 @@ struct DgradKernels : KernelBase<V> {
     if (Base::sevens(p.W, Base::PD) && p.sw == 1) dgrad_dense<7>(p, dy, f, dx, ex);
     else if (wide_dx(p) && ceil_div(p.W, DXP) * DXP - p.W < ceil_div(p.W, Base::PD) * Base::PD - p.W)
       dgrad_dense<DXP, DXW>(p, dy, f, dx, ex);  // less waste at the row's end
+    else if (Base::tail_blocks(ceil_div(p.W, p.sw))) dgrad_tail_blocks(p, dy, f, dx, ex);
     else dgrad_dense<Base::PD>(p, dy, f, dx, ex);
   }
 

@@ -6,8 +6,9 @@ template <class V>
 struct FpropKernels : KernelBase<V> {
   DETCONV_KERNEL_BASE_NAMES
 
-  // Dense: lanes over BF output channels of one group, NP output pixels of a row.
-  template <int NP, int NW>
+  // Dense: lanes over BF output channels of one group, blocks of NMIN..NP
+  // output pixels of a row (RowBlocks; the memory tile path: NP only).
+  template <int NP, int NW, int NMIN = NP>
   static void fprop_dense(const ConvProblem& p, const Rows<T>& x, const T* f, const T* bias, const OutSpec& y,
                           const CpuExecutor& ex) {
     constexpr int BF = kLanes * NW;  // output channels per block
@@ -67,6 +68,7 @@ struct FpropKernels : KernelBase<V> {
     // unchanged). Measured on AVX-512: 3x3 56x56x64 0.75 -> 0.94 of oneDNN in
     // registers, 3x3 7x7x512 (590 KiB per block) 0.49 -> 0.58 with the tile.
     const i64 owb = ceil_div(p.OW, NP);
+    const typename Base::template RowBlocks<NP, NMIN> blocks(p.OW);
     const bool tap_outer = p.Cg >= 16 && p.KH * p.KW > 1 && taps * BF * i64(sizeof(T)) > Base::kFilterL2Bytes;
     // Consecutive units share the input rows of one output row (channel blocks
     // innermost) or, when the filter outgrows the cache and a channel block's
@@ -116,17 +118,19 @@ struct FpropKernels : KernelBase<V> {
           const i64 ih = fprop_in_row(p, oh, kh);
           return ih >= 0 && ih < p.H && !x.padded(n * p.H + ih);
         };
-        auto tap = [&](i64 ow0, i64 kh, i64 kw, const T* (&xp)[NP]) {
+        auto tap = [&](i64 ow0, i64 kh, i64 kw, auto& xp) {
+          constexpr int NB = std::extent<std::remove_reference_t<decltype(xp)>>::value;
           const i64 ih = fprop_in_row(p, oh, kh);
           const bool row_in = ih >= 0 && ih < p.H;
-          for (int q = 0; q < NP; ++q) {
+          for (int q = 0; q < NB; ++q) {
             const i64 iw = fprop_in_col(p, ow0 + q, kw);
             xp[q] = (row_in && iw >= 0 && iw < p.W && ow0 + q < p.OW) ? x.row(n * p.H + ih) + iw * p.C + g * p.Cg
                                                                        : zeros.data();
           }
         };
-        auto emit = [&](i64 ow0, const Vec (&acc)[NP][NW]) {
-          for (int q = 0; q < NP; ++q)
+        auto emit = [&](i64 ow0, const auto& acc) {
+          constexpr int NB = std::extent<std::remove_reference_t<decltype(acc)>>::value;
+          for (int q = 0; q < NB; ++q)
             for (int j = 0; j < NW; ++j) {
               if (ow0 + q >= p.OW) continue;
               Vec a = acc[q][j];
@@ -175,42 +179,45 @@ struct FpropKernels : KernelBase<V> {
             emit(wb * NP, acc);
           }
         } else {
-          for (i64 wb = 0; wb < owb; ++wb)
-            for (b = b0; b < b1; ++b) {  // pixel blocks, channel blocks inside
-              const i64 ow0 = wb * NP;
-              wg = wp.data() + (g * nb + b) * taps * BF;
-              wrg = wrow.data() + (g * nb + b) * p.KH * BF;
-              // With one group and no width dilation, the (kw, i) part of the fold
-              // walks one contiguous run of KW*C input values; where the run lies
-              // inside the row for all NP outputs, fold it in one sweep.
-              const bool run = p.G == 1 && p.dw == 1 && ow0 + NP <= p.OW && fprop_in_col(p, ow0, 0) >= 0 &&
-                               fprop_in_col(p, ow0 + NP - 1, p.KW - 1) < p.W;
-              Vec acc[NP][NW];
-              for (int q = 0; q < NP; ++q)
-                for (int j = 0; j < NW; ++j) acc[q][j] = V::zero();
-              for (i64 kh = 0; kh < p.KH; ++kh) {
-                const i64 ih = fprop_in_row(p, oh, kh);
-                if (!row_in(kh)) {  // a padded row's (kw, i) in one fma
-                  for (int j = 0; j < NW; ++j) {
-                    const Vec wv = V::load(wrg + kh * BF + j * kLanes);
-                    for (int q = 0; q < NP; ++q) acc[q][j] = V::fma(V::zero(), wv, acc[q][j]);
-                  }
-                  continue;
+          // One block of NB pixels from ow0 for channel block b, accumulators in registers.
+          auto block = [&](auto nb_c, i64 ow0) __attribute__((always_inline)) {
+            constexpr int NB = decltype(nb_c)::value;
+            wg = wp.data() + (g * nb + b) * taps * BF;
+            wrg = wrow.data() + (g * nb + b) * p.KH * BF;
+            // With one group and no width dilation, the (kw, i) part of the fold
+            // walks one contiguous run of KW*C input values; where the run lies
+            // inside the row for all NB outputs, fold it in one sweep.
+            const bool run = p.G == 1 && p.dw == 1 && ow0 + NB <= p.OW && fprop_in_col(p, ow0, 0) >= 0 &&
+                             fprop_in_col(p, ow0 + NB - 1, p.KW - 1) < p.W;
+            Vec acc[NB][NW];
+            for (int q = 0; q < NB; ++q)
+              for (int j = 0; j < NW; ++j) acc[q][j] = V::zero();
+            for (i64 kh = 0; kh < p.KH; ++kh) {
+              const i64 ih = fprop_in_row(p, oh, kh);
+              if (!row_in(kh)) {  // a padded row's (kw, i) in one fma
+                for (int j = 0; j < NW; ++j) {
+                  const Vec wv = V::load(wrg + kh * BF + j * kLanes);
+                  for (int q = 0; q < NB; ++q) acc[q][j] = V::fma(V::zero(), wv, acc[q][j]);
                 }
-                if (run) {
-                  const T* xp[NP];
-                  for (int q = 0; q < NP; ++q) xp[q] = x.row(n * p.H + ih) + fprop_in_col(p, ow0 + q, 0) * p.C;
-                  Base::template micro<NP, NW>(acc, xp, wg + kh * p.KW * p.Cg * BF, p.KW * p.Cg);
-                  continue;
-                }
-                for (i64 kw = 0; kw < p.KW; ++kw) {
-                  const T* xp[NP];
-                  tap(ow0, kh, kw, xp);
-                  Base::template micro<NP, NW>(acc, xp, wg + (kh * p.KW + kw) * p.Cg * BF, p.Cg);
-                }
+                continue;
               }
-              emit(ow0, acc);
+              if (run) {
+                const T* xp[NB];
+                for (int q = 0; q < NB; ++q) xp[q] = x.row(n * p.H + ih) + fprop_in_col(p, ow0 + q, 0) * p.C;
+                Base::template micro<NB, NW>(acc, xp, wg + kh * p.KW * p.Cg * BF, p.KW * p.Cg);
+                continue;
+              }
+              for (i64 kw = 0; kw < p.KW; ++kw) {
+                const T* xp[NB];
+                tap(ow0, kh, kw, xp);
+                Base::template micro<NB, NW>(acc, xp, wg + (kh * p.KW + kw) * p.Cg * BF, p.Cg);
+              }
             }
+            emit(ow0, acc);
+          };
+          for (i64 k = 0; k < blocks.count(); ++k)
+            for (b = b0; b < b1; ++b)  // pixel blocks, channel blocks inside
+              Base::template with_width<NP, NMIN>(blocks.width(k), [&](auto nb_c) { block(nb_c, blocks.first(k)); });
         }
       }
       if (stream) V::fence();
@@ -478,13 +485,15 @@ struct FpropKernels : KernelBase<V> {
       // process: 1x1 56x56 256->64 6.51 -> 5.83 ms, 64->256 6.94 -> 6.14, 28x28 512->128 5.98 -> 5.12;
       // AVX-512, 8x2 both: within noise), or the filter is past L2 (AVX2: 1x1 7x7x2048 0.69 -> 0.85 of oneDNN).
       fprop_1x1<Base::PG, NV>(p, x, f, bias, y, ex);
+    } else if (Base::tail_blocks(p.OW)) {  // AVX2: 6-pixel blocks, narrower ones ending each row
+      if constexpr (Base::PG > Base::PF) fprop_dense<Base::PG, NV, Base::kTailMin>(p, x, f, bias, y, ex);
     } else if (Base::sevens(p.OW, Base::PF)) {
       fprop_dense<7, NV>(p, x, f, bias, y, ex);  // 7x7, 14x14, 28x28: whole blocks (measured: 3x3 7x7x512 +12%)
     } else if (Base::PG > Base::PF && (ceil_div(p.OW, Base::PG) * Base::PG - p.OW) * 8 <= p.OW) {
       // AVX2: the GEMM's 6-pixel blocks (12 fma chains instead of 8) where rows take them nearly whole.
       // In one process, batch 8, two threads (three runs): stem 7x7/2 224 15.05 -> 13.91, 18.17 -> 17.69,
       // 17.60 -> 16.39 ms; 3x3 56x56x64 11.94 -> 10.94, 9.92 -> 10.14, 12.37 -> 11.58; 112x112 32->64
-      // 26.1 -> 22.6; 28x28 unchanged. (14- and 7-wide rows would waste 2/9 and 5/12 of the block.)
+      // 26.1 -> 22.6; 28x28 unchanged. (Narrower rows: tail_blocks above.)
       fprop_dense<Base::PG, NV>(p, x, f, bias, y, ex);
     } else {
       fprop_dense<Base::PF, NV>(p, x, f, bias, y, ex);

@@ -47,6 +47,20 @@ struct KernelBase {
   // Packed filters past this many bytes no longer stream well from L2 (per channel block: the forward
   // pass's memory tile; a whole 1x1 filter: its GEMM path).
   static constexpr i64 kFilterL2Bytes = i64(512) << 10;
+  // Narrowest block RowBlocks may end a row with (3 pixels x NV vectors: 6 fma chains).
+  static constexpr int kTailMin = 3;
+  // Rows `width` pixels wide take PG-pixel blocks ended by narrower ones
+  // (RowBlocks<PG, kTailMin>) where the ISA's PG block is the larger (AVX2:
+  // 12 fma chains against the 4-pixel blocks' 8) and whole PG blocks would
+  // fold more than 1/16 of the row past its end. Two threads, batch 8, in one
+  // process, AVX2: forward 3x3 14x14x256 10.46 -> 9.14 ms, 28x28x128 9.65 ->
+  // 9.19, 56x56x64 9.63 -> 9.38, 7x7x512 11.59 -> 11.24, C3D 3x3x3 16x56x56x64
+  // 103.7 -> 99.6; dx 14x14 13.89 -> 12.81, 28x28 12.90 -> 12.07, 56x56 13.09 ->
+  // 12.82, 7x7 and C3D within noise. Not past 1/16: the stem 7x7/2 (112 wide)
+  // lost 5% to its last block's 4 pixels, 3x3 112x112 32->64 even.
+  static bool tail_blocks(i64 width) {
+    return PG > PF && PG > PD && (ceil_div(width, PG) * PG - width) * 16 > width;
+  }
   // Rows of 7, 14 or 28 pixels (not a multiple of 8) fit whole 7-pixel blocks where blocks (np) are 8 wide.
   static constexpr bool sevens(i64 width, int np) { return np == 8 && width % 8 != 0 && width % 7 == 0; }
 
@@ -129,6 +143,42 @@ struct KernelBase {
     alignas(64) T tmp[kLanes];
     V::store(tmp, v);
     for (i64 l = 0; l < n && l < kLanes; ++l) out.put(base + l * stride, tmp[l]);
+  }
+
+  // Pixel blocks of one row of `ow` pixels, widths NMIN..NP: whole NP-wide blocks,
+  // then at most two narrower ones that end at the row's last pixel, so no
+  // block folds a pixel past the row (e.g. 56 = 8*6 + 4 + 4, 14 = 6 + 4 + 4,
+  // 7 = 4 + 3). With NMIN == NP (or a row narrower than NMIN) the last NP
+  // block runs past the row instead, its extra pixels reading +0, unstored.
+  template <int NP, int NMIN>
+  struct RowBlocks {
+    i64 full;      // NP-wide blocks
+    int tail[2];   // then these widths (0: none)
+    explicit RowBlocks(i64 ow) : full(ow / NP), tail{0, 0} {
+      const int r = int(ow % NP);
+      if (r == 0) return;
+      if (NMIN == NP || ow < NMIN) {
+        ++full;
+      } else if (r >= NMIN) {
+        tail[0] = r;
+      } else {  // r + NP pixels in two blocks of at least NMIN (NP + 1 >= 2 * NMIN)
+        --full;
+        tail[0] = (r + NP + 1) / 2;
+        tail[1] = (r + NP) / 2;
+      }
+    }
+    i64 count() const { return full + (tail[0] > 0) + (tail[1] > 0); }
+    // Block k's first pixel and width.
+    i64 first(i64 k) const { return k <= full ? k * NP : full * NP + tail[0]; }
+    int width(i64 k) const { return k < full ? NP : tail[k - full]; }
+  };
+  // Calls f(std::integral_constant<int, w>) for a width w in [LO, HI].
+  template <int HI, int LO, class F>
+  static inline __attribute__((always_inline)) void with_width(int w, F&& f) {
+    if constexpr (HI >= LO) {
+      if (w == HI) f(std::integral_constant<int, HI>{});
+      else with_width<HI - 1, LO>(w, f);
+    }
   }
 
   // The register-blocked inner loop: for i ascending, acc[q][j] = fma(x_q[i], w[i][j], acc[q][j]).
