@@ -18,7 +18,8 @@ struct FpropKernels : KernelBase<V> {
     // PaddedRun): per (group, block, kh, kw) for a padded tap's i,
     // per (group, block, kh) for a padded row's (kw, i).
     const i64 khw = p.KH * p.KW;
-    std::vector<T> wp(p.G * nb * taps * BF), bp(p.G * nb * BF, T(0));
+    const Workspace<T> wp(ex, p.G * nb * taps * BF);  // unset: every element is written below
+    std::vector<T> bp(p.G * nb * BF, T(0));
     std::vector<T> wtap(p.G * nb * khw * BF), wrow(p.G * nb * p.KH * BF);
     // The runs fold in vectors: lane l is PaddedRun::add on its own values, the
     // same fma (measured, AVX-512, one thread: 3x3 7x7x512 forward spent a
@@ -243,19 +244,20 @@ struct FpropKernels : KernelBase<V> {
     // at batch 1 was 49 pixels in units of 48 and 1: AVX2, one thread, 3.02 ->
     // 2.50 ms; batch 8, 392 pixels, 11.0 -> 10.2 ms); blocks past M are skipped.
     const i64 MB = NP * ceil_div(ceil_div(M, NP), ceil_div(M, MBMAX));
-    std::vector<T> wp(nb * K * BF), bp(nb * BF, T(0));
+    const Workspace<T> wp(ex, nb * K * BF);  // unset: every element is written below
+    std::vector<T> bp(nb * BF, T(0));
     ex.parallel_for(nb * K, BF, [&](i64 u0, i64 u1) {
       for (i64 u = u0; u < u1; ++u) {
         const i64 b = u / K, i = u % K;
         if (f_transposed) {  // lane l reads row b*BF + l; consecutive units walk the same BF rows
-          for (i64 l = 0; l < BF; ++l) wp[u * BF + l] = b * BF + l < p.Co ? f[(b * BF + l) * K + i] : T(0);
+          for (i64 l = 0; l < BF; ++l) wp.data()[u * BF + l] = b * BF + l < p.Co ? f[(b * BF + l) * K + i] : T(0);
           continue;
         }
         const T* src = f + i * p.Co + b * BF;
         if ((b + 1) * BF <= p.Co) {  // a whole block: vector copies (1x1 7x7 2048->512, batch 1: 2.94 -> 2.67 ms)
           for (int j = 0; j < NW; ++j) V::store(wp.data() + u * BF + j * kLanes, V::load(src + j * kLanes));
         } else {
-          for (i64 l = 0; l < BF; ++l) wp[u * BF + l] = b * BF + l < p.Co ? src[l] : T(0);
+          for (i64 l = 0; l < BF; ++l) wp.data()[u * BF + l] = b * BF + l < p.Co ? src[l] : T(0);
         }
       }
     });
