@@ -49,15 +49,15 @@ struct KernelBase {
   static constexpr i64 kFilterL2Bytes = i64(512) << 10;
   // Narrowest block RowBlocks may end a row with (3 pixels x NV vectors: 6 fma chains).
   static constexpr int kTailMin = 3;
-  // Rows `width` pixels wide take PG-pixel blocks ended by narrower ones
-  // (RowBlocks<PG, kTailMin>) where the ISA's PG block is the larger (AVX2:
-  // 12 fma chains against the 4-pixel blocks' 8) and whole PG blocks would
-  // fold more than 1/16 of the row past its end. Two threads, batch 8, in one
-  // process, AVX2: forward 3x3 14x14x256 10.46 -> 9.14 ms, 28x28x128 9.65 ->
+  // Forward rows `width` pixels wide take PG-pixel blocks ended by narrower
+  // ones (RowBlocks<PG, kTailMin>) where the ISA's PG block is the larger
+  // (AVX2: 12 fma chains against the 4-pixel blocks' 8) and whole PG blocks
+  // would fold more than 1/16 of the row past its end. Two threads, batch 8,
+  // in one process, AVX2: 3x3 14x14x256 10.46 -> 9.14 ms, 28x28x128 9.65 ->
   // 9.19, 56x56x64 9.63 -> 9.38, 7x7x512 11.59 -> 11.24, C3D 3x3x3 16x56x56x64
-  // 103.7 -> 99.6; dx 14x14 13.89 -> 12.81, 28x28 12.90 -> 12.07, 56x56 13.09 ->
-  // 12.82, 7x7 and C3D within noise. Not past 1/16: the stem 7x7/2 (112 wide)
-  // lost 5% to its last block's 4 pixels, 3x3 112x112 32->64 even.
+  // 103.7 -> 99.6. Not past 1/16: the stem 7x7/2 (112 wide) lost 5% to its
+  // last block's 4 pixels, 3x3 112x112 32->64 even. (The input gradient
+  // takes them on every row: DgradKernels::dgrad_tail_blocks.)
   static bool tail_blocks(i64 width) {
     return PG > PF && PG > PD && (ceil_div(width, PG) * PG - width) * 16 > width;
   }
