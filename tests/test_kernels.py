@@ -441,6 +441,8 @@ def test_packed_filter_gradient_3d(rng):
 # Rows of every width up to 14 (each remainder mod 6, rows narrower than a
 # block): where 6-pixel blocks run (AVX2), narrower ones end each row or stride
 # phase (RowBlocks; Base::tail_blocks); elsewhere one block runs past the row.
+# The cases with (kw, i) runs under 48 values also take AVX2's gathered forward
+# patches (Base::kPatches), padded rows and columns included.
 TAIL_CASES = (  # name, f_shape (KH, KW, Cg, Co), strides, dilations, padding, groups
     ("3x3-same", (3, 3, 16, 20), 1, 1, "SAME", 1),
     ("1x3-s2-valid", (1, 3, 8, 16), 2, 1, "VALID", 1),

@@ -47,6 +47,11 @@ struct KernelBase {
   // Packed filters past this many bytes no longer stream well from L2 (per channel block: the forward
   // pass's memory tile; a whole 1x1 filter: its GEMM path).
   static constexpr i64 kFilterL2Bytes = i64(512) << 10;
+  // Dense forward folds whose (kw, i) runs are shorter than kPatchRun values gather each pixel block's
+  // taps first (fprop_dense), on AVX2 only: its 6x2 block folds a 21-value run in ~130 cycles, so a call's
+  // fixed costs weigh; AVX-512's 8x2 block takes ~340 and measured -1% to +2% (stem 7x7/2 224, four runs).
+  static constexpr bool kPatches = PG > PF;
+  static constexpr i64 kPatchRun = 48;
   // Narrowest block RowBlocks may end a row with (3 pixels x NV vectors: 6 fma chains).
   static constexpr int kTailMin = 3;
   // Forward rows `width` pixels wide take PG-pixel blocks ended by narrower
