@@ -1,6 +1,8 @@
 """detconv.kernels (the framework-free module) on NumPy arrays: the CPU kernels
 against detconv.reference, bit for bit. Needs no TensorFlow."""
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -72,11 +74,20 @@ def _isas():
     return [i for i in ("scalar", "avx2", "avx512") if _kernels.cpu_isa_supported(i)]
 
 
+@contextlib.contextmanager
+def _on_isa(isa):
+    """Runs the block on one CPU path, then restores the one before."""
+    before = K.cpu_isa()
+    K.set_cpu_isa(isa)
+    try:
+        yield
+    finally:
+        K.set_cpu_isa(before)
+
+
 @pytest.mark.parametrize("isa", _isas())
 def test_every_isa_path_same_bits(rng, isa):
-    before = K.cpu_isa()
-    try:
-        K.set_cpu_isa(isa)
+    with _on_isa(isa):
         assert K.cpu_isa() == isa
         # ... and the 1x1 GEMM (AVX2: forward and dx) and the AVX2 forward's 6-pixel dense blocks.
         picked = ("dw-chunks-s2", "dw-s2-even", "1x1-wide", "rows-of-23-groups-d2")
@@ -88,8 +99,6 @@ def test_every_isa_path_same_bits(rng, isa):
                 got = _all(K, x, f, b, dy, strides, dilations, padding, accumulation)
                 for name, g, w in zip(NAMES, got, want):
                     assert_bits_equal(g, w, f"{isa} {dtype} {name}")
-    finally:
-        K.set_cpu_isa(before)
 
 
 @pytest.mark.parametrize("isa", _isas())
@@ -97,9 +106,7 @@ def test_float16_read_in_place(rng, isa):
     # float16 depthwise 3x3 layers: x and dy read from the caller's memory and widened per vector,
     # on every ISA, both accumulations, with subnormals, -0, inf and NaN among the values; the
     # NCHW call (converted into a copy first) must agree too.
-    before = K.cpu_isa()
-    try:
-        K.set_cpu_isa(isa)
+    with _on_isa(isa):
         for name, x_shape, f_shape, strides, dilations, padding in CASES_HALF_DIRECT:
             for accumulation in (None, "float16"):
                 x, f, b, dy = _operands(rng, x_shape, f_shape, strides, dilations, padding, "float16",
@@ -119,8 +126,6 @@ def test_float16_read_in_place(rng, isa):
                 assert_bits_equal(to_nhwc(K.conv2d(to_nchw(x), f, bias=b, **a)), want[0], f"{name} NCHW y")
                 assert_bits_equal(K.conv2d_backprop_filter(to_nchw(x), to_nchw(dy), f.shape, **a), want[2],
                                   f"{name} NCHW dw")
-    finally:
-        K.set_cpu_isa(before)
 
 
 def test_thread_count_never_changes_bits(rng):
@@ -361,14 +366,10 @@ def test_padded_runs_in_one_fma(rng, case, dtype, accumulation):
     dy[(-1,) * (len(x_shape) - 1) + (2,)] = np.nan
     dy[..., 0] = -np.abs(dy[..., 0])
     want_dw = wgrad_r(x, dy, f.shape, **a)
-    before = K.cpu_isa()
-    try:
-        for isa in _isas():
-            K.set_cpu_isa(isa)
+    for isa in _isas():
+        with _on_isa(isa):
             assert_bits_equal(conv_k(x, f, **a), want, f"{isa} forward")
             assert_bits_equal(wgrad_k(x, dy, f.shape, **a), want_dw, f"{isa} filter gradient")
-    finally:
-        K.set_cpu_isa(before)
 
 
 @pytest.mark.parametrize("dtype,accumulation", DTYPES, ids=DTYPE_IDS)
@@ -381,13 +382,9 @@ def test_large_pointwise_gemm_path(rng, dtype, accumulation):
     f = rand(rng, (1, 1, 520, 272), dtype, scale / 8)
     b = rand(rng, (272,), dtype, scale)
     want = ref.conv2d(x, f, bias=b, accumulation=accumulation)
-    before = K.cpu_isa()
-    try:
-        for isa in _isas():
-            K.set_cpu_isa(isa)
+    for isa in _isas():
+        with _on_isa(isa):
             assert_bits_equal(K.conv2d(x, f, bias=b, accumulation=accumulation), want, f"{isa} forward")
-    finally:
-        K.set_cpu_isa(before)
 
 
 # Filters past 1 MiB (float32) reorder the dense forward and input-gradient units (channel blocks outermost);
@@ -410,15 +407,11 @@ def test_large_filters_every_pass(rng, case):
     dy = rand(rng, want_y.shape, "float32", 1.0)
     want_dx = ref.conv2d_backprop_input(dy, f, x.shape, s, padding)
     want_dw = ref.conv2d_backprop_filter(x, dy, f.shape, s, padding)
-    before = K.cpu_isa()
-    try:
-        for isa in _isas():
-            K.set_cpu_isa(isa)
+    for isa in _isas():
+        with _on_isa(isa):
             assert_bits_equal(K.conv2d(x, f, s, padding), want_y, f"{isa} forward")
             assert_bits_equal(K.conv2d_backprop_input(dy, f, x.shape, s, padding), want_dx, f"{isa} dx")
             assert_bits_equal(K.conv2d_backprop_filter(x, dy, f.shape, s, padding), want_dw, f"{isa} dw")
-    finally:
-        K.set_cpu_isa(before)
 
 
 def test_packed_filter_gradient_3d(rng):
@@ -429,13 +422,9 @@ def test_packed_filter_gradient_3d(rng):
     dy = rand(rng, dy_shape, "float32", 1.0)
     f_shape = (3, 3, 3, 7, 460)
     want = ref.conv3d_backprop_filter(x, dy, f_shape, 1, "SAME")
-    before = K.cpu_isa()
-    try:
-        for isa in _isas():
-            K.set_cpu_isa(isa)
+    for isa in _isas():
+        with _on_isa(isa):
             assert_bits_equal(K.conv3d_backprop_filter(x, dy, f_shape, 1, "SAME"), want, f"{isa} dw")
-    finally:
-        K.set_cpu_isa(before)
 
 
 # Rows of every width up to 14 (each remainder mod 6, rows narrower than a
@@ -453,9 +442,7 @@ TAIL_CASES = (  # name, f_shape (KH, KW, Cg, Co), strides, dilations, padding, g
 
 @pytest.mark.parametrize("isa", _isas())
 def test_row_tail_blocks(rng, isa):
-    before = K.cpu_isa()
-    try:
-        K.set_cpu_isa(isa)
+    with _on_isa(isa):
         for name, f_shape, s, d, padding, groups in TAIL_CASES:
             for w in range(1, 15):
                 if padding == "VALID" and w < (f_shape[1] - 1) * d + 1:
@@ -477,5 +464,3 @@ def test_row_tail_blocks(rng, isa):
                 assert_bits_equal(K.conv3d(x, f, s, "SAME"), y, f"{isa} 3-D width {w} stride {s} forward")
                 assert_bits_equal(K.conv3d_backprop_input(dy, f, x.shape, s, "SAME"),
                                   ref.conv3d_backprop_input(dy, f, x.shape, s, "SAME"), f"{isa} 3-D width {w} dx")
-    finally:
-        K.set_cpu_isa(before)

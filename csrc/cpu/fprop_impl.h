@@ -192,7 +192,6 @@ struct FpropKernels : KernelBase<V> {
           auto block = [&](auto nb_c, i64 ow0) __attribute__((always_inline)) {
             constexpr int NB = decltype(nb_c)::value;
             wg = wp.data() + (g * nb + b) * taps * BF;
-            wrg = wrow.data() + (g * nb + b) * p.KH * BF;
             if (patches) {  // the whole fold of each pixel in one sweep of its patch
               const T* xp[NB];
               Vec acc[NB][NW];
@@ -204,6 +203,7 @@ struct FpropKernels : KernelBase<V> {
               emit(ow0, acc);
               return;
             }
+            wrg = wrow.data() + (g * nb + b) * p.KH * BF;
             // With one group and no width dilation, the (kw, i) part of the fold
             // walks one contiguous run of KW*C input values; where the run lies
             // inside the row for all NB outputs, fold it in one sweep.
@@ -541,11 +541,11 @@ struct FpropKernels : KernelBase<V> {
       if constexpr (Base::PG > Base::PF) fprop_dense<Base::PG, NV, Base::kTailMin>(p, x, f, bias, y, ex);
     } else if (Base::sevens(p.OW, Base::PF)) {
       fprop_dense<7, NV>(p, x, f, bias, y, ex);  // 7x7, 14x14, 28x28: whole blocks (measured: 3x3 7x7x512 +12%)
-    } else if (Base::PG > Base::PF && (ceil_div(p.OW, Base::PG) * Base::PG - p.OW) * 8 <= p.OW) {
-      // AVX2: the GEMM's 6-pixel blocks (12 fma chains instead of 8) where rows take them nearly whole.
-      // In one process, batch 8, two threads (three runs): stem 7x7/2 224 15.05 -> 13.91, 18.17 -> 17.69,
-      // 17.60 -> 16.39 ms; 3x3 56x56x64 11.94 -> 10.94, 9.92 -> 10.14, 12.37 -> 11.58; 112x112 32->64
-      // 26.1 -> 22.6; 28x28 unchanged. (Narrower rows: tail_blocks above.)
+    } else if (Base::PG > Base::PF) {
+      // AVX2, rows that whole 6-pixel blocks overrun by at most 1/16 (the others: tail_blocks above): the
+      // GEMM's 6-pixel blocks (12 fma chains instead of 8). In one process, batch 8, two threads (three
+      // runs): stem 7x7/2 224 15.05 -> 13.91, 18.17 -> 17.69, 17.60 -> 16.39 ms; 3x3 56x56x64 11.94 ->
+      // 10.94, 9.92 -> 10.14, 12.37 -> 11.58; 112x112 32->64 26.1 -> 22.6; 28x28 unchanged.
       fprop_dense<Base::PG, NV>(p, x, f, bias, y, ex);
     } else {
       fprop_dense<Base::PF, NV>(p, x, f, bias, y, ex);

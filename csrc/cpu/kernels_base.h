@@ -96,12 +96,12 @@ struct KernelBase {
     return (native || half) && out.s.c == 1 && reinterpret_cast<std::uintptr_t>(out.base) % (a * bytes) == 0 &&
            out.s.w % a == 0 && out.s.h % a == 0 && out.s.n % a == 0 && elems * bytes >= kStreamBytes;
   }
-  // One whole vector to out at base through a non-temporal store (put_lanes with `stream`).
   // One vector of float lanes rounded to out's 16-bit type (float16 or bfloat16) at dst.
   static void store16(const OutSpec& out, std::uint16_t* dst, Vec v) {
     if (out.dtype == DType::kFloat16) V::store_half(dst, v);
     else V::store_bf16(dst, v);
   }
+  // One whole vector to out at base through a non-temporal store (put_lanes with `stream`).
   static void stream_vector(const OutSpec& out, Vec v, i64 base) {
     if constexpr (sizeof(T) == 4) {
       if (out.dtype == DType::kFloat16 || out.dtype == DType::kBFloat16) {  // rounded as put_lanes, then streamed

@@ -105,7 +105,6 @@ struct WgradKernels : KernelBase<V> {
       for (int j = 0; j < NW; ++j) acc[t][j] = a[t][j];
   }
 
-
   // dy_runs (below) for a flat_pixels (KernelBase) problem's x and dy together: fn(e, xp,
   // dyp, n), x pixels at xp (stride C).
   template <class Fn>
