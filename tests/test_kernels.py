@@ -160,6 +160,26 @@ def test_specials_canonical_nan(rng, dtype):
         assert_bits_equal(g, w, name)
 
 
+def _rounds_to_nearest_with_subnormals():
+    """This thread's arithmetic as Python and NumPy see it: round to nearest, subnormals kept."""
+    one = float(np.random.default_rng().integers(1, 2))  # a runtime 1.0 (nothing folded in advance)
+    return (one + 1.5 * 2.0 ** -53 == 1.0 + 2.0 ** -52  # 1 + 0.75 ulp
+            and np.float32(one) + np.float32(1.5 * 2.0 ** -24) == np.float32(1.0 + 2.0 ** -23)
+            and np.float32(one * 1e-38) / np.float32(4) != 0)
+
+
+@pytest.mark.parametrize("isa", _isas())
+def test_fp_environment_restored(rng, isa):
+    # The shards set their own floating-point environment (subnormals kept; AVX2's binary16 lanes round
+    # down) and must hand the caller's back; this thread runs the first shard.
+    with _on_isa(isa):
+        for dtype, accumulation in DTYPES:
+            x, f, _, _ = _operands(rng, (1, 6, 6, 8), (3, 3, 8, 16), 1, 1, "SAME", dtype, accumulation)
+            K.conv2d(x, f, padding="SAME", accumulation=accumulation, threads=1)
+            if not _rounds_to_nearest_with_subnormals():
+                raise AssertionError(f"{isa} {dtype} {accumulation}: the caller's rounding or FTZ changed")
+
+
 def test_subnormals_kept(rng):
     x = (rng.random((1, 4, 4, 2)) * 1e-38).astype(np.float32)  # float32 subnormals and tiny normals
     f = rand(rng, (2, 2, 2, 3), "float32")

@@ -18,15 +18,21 @@ namespace detconv {
 namespace cpu {
 
 // TensorFlow's CPU threads run with flush-to-zero and denormals-are-zero set;
-// the contract honours subnormals, so every shard clears both (and forces
-// round-to-nearest) for its duration and restores the caller's state.
+// the contract honours subnormals, so every shard clears both (and sets the
+// rounding its arithmetic needs: round-to-nearest, or the MXCSR rounding
+// field `rounding` a vector type asks for) for its duration and restores the
+// caller's state.
 class FpEnvGuard {
  public:
 #ifdef DETCONV_X86
-  FpEnvGuard() : saved_(_mm_getcsr()) { _mm_setcsr((saved_ & ~(0x8040u | 0x6000u)) | 0x1F80u); }
+  explicit FpEnvGuard(unsigned rounding = 0) : saved_(_mm_getcsr()) {
+    _mm_setcsr((saved_ & ~(0x8040u | 0x6000u)) | 0x1F80u | (rounding & 0x6000u));
+  }
   ~FpEnvGuard() { _mm_setcsr(saved_); }
  private:
   unsigned saved_;
+#else
+  explicit FpEnvGuard(unsigned = 0) {}
 #endif
 };
 

@@ -99,7 +99,7 @@ struct DgradKernels : KernelBase<V> {
     // AVX-512: 1x1 14x14 1024->256 5.04 -> 4.60 ms, 3x3 56x56x64 9.93 -> 9.57.
     const bool stream = p.D == 1 && Base::streamable(dx, p.x_elems());
     ex.parallel_for(units, taps * cog * BW * NP, [&](i64 u0, i64 u1) {
-      FpEnvGuard guard;
+      FpEnv guard;
       std::vector<TapCols> cols(p.KW);
       InnerCounter c(u0, pb.count());
       i64 b = 0, g = 0, ih = 0, id = 0, n = 0;
@@ -349,7 +349,7 @@ struct DgradKernels : KernelBase<V> {
     const SlicePrefetch prefetch(p.OW * p.Co * sizeof(T), row_blocks * nb);
     const bool stream = Base::streamable(dx, p.x_elems());
     ex.parallel_for(p.N * p.H, khw * cog * cp * p.W, [&](i64 u0, i64 u1) {
-      FpEnvGuard guard;
+      FpEnv guard;
       std::vector<const T*> rows(p.KH);
       for (i64 u = u0; u < u1; ++u) {
         const i64 ih = u % p.H, n = u / p.H;
@@ -513,7 +513,7 @@ struct DgradKernels : KernelBase<V> {
     const i64 units = p.N * p.H * p.G * nblk;
     const Strides4 xs = dx.s;
     ex.parallel_for(units, khw * cog * CG * BP, [&](i64 u0, i64 u1) {
-      FpEnvGuard guard;
+      FpEnv guard;
       std::vector<T> cache(slots * row_elems + kPad, T(0));  // margins stay zero
       std::vector<i64> tag(slots, -1);
       auto trow = [&](i64 r) {  // dyt[o][ml + ow] of dy row r

@@ -25,7 +25,7 @@ struct FpropKernels : KernelBase<V> {
     // same fma (measured, AVX-512, one thread: 3x3 7x7x512 forward spent a
     // third of its time packing with one scalar fold per lane).
     ex.parallel_for(p.G * nb * p.KH, p.KW * p.Cg * BF, [&](i64 u0, i64 u1) {
-      FpEnvGuard guard;
+      FpEnv guard;
       const Vec minus0 = V::bcast(T(-0.0));
       for (i64 u = u0; u < u1; ++u) {
         const i64 gb = u / p.KH, kh = u % p.KH, g = gb / nb, b = gb % nb;
@@ -102,7 +102,7 @@ struct FpropKernels : KernelBase<V> {
     const bool patches = Base::kPatches && !tap_outer && p.KW * p.Cg < Base::kPatchRun;
     const std::vector<T> zero_patch(patches ? taps + kPad : 0, T(0));  // pixels past the row
     ex.parallel_for(rows * nbg, taps * BF * p.OW * bper, [&](i64 u0, i64 u1) {
-      FpEnvGuard guard;
+      FpEnv guard;
       // One block of NP pixels past the row: a tap's blocks start where its valid columns do.
       std::vector<T> tile(tap_outer ? (owb + 1) * NP * BF : 0);
       std::vector<T> patch(patches ? NP * taps + kPad : 0, T(0));  // one pixel block's
@@ -320,7 +320,7 @@ struct FpropKernels : KernelBase<V> {
     // gradient, 1x1 56x56 256->64 8.95 -> 8.14 (AVX2), 10.72 -> 7.90 (AVX-512).
     const bool stream = Base::streamable(y, p.y_elems());
     ex.parallel_for(ceil_div(M, MB) * nb, MB * K * BF, [&](i64 u0, i64 u1) {
-      FpEnvGuard guard;
+      FpEnv guard;
       std::vector<T> tile(K > KC ? MBMAX * BF : 0);
       const T* px[MBMAX];  // pixel m0 + q's input channels
       i64 yo[MBMAX];       // ... and its output offset
@@ -473,7 +473,7 @@ struct FpropKernels : KernelBase<V> {
     const SlicePrefetch prefetch(p.W * p.Co * sizeof(S), owb * nb);
     const bool stream = Base::streamable(y, p.y_elems());
     ex.parallel_for(units, khw * BD * NP, [&](i64 u0, i64 u1) {
-      FpEnvGuard guard;
+      FpEnv guard;
       // Channel blocks innermost: consecutive units read consecutive memory.
       InnerCounter c(u0, nb);
       i64 wb = 0, oh = 0, n = 0;

@@ -29,12 +29,24 @@ struct WideTiles<V, std::void_t<typename V::Wide>> {
   using Tile = typename V::Wide;
 };
 
+// The MXCSR rounding field a vector type's arithmetic runs under (V::kMxcsrRounding; else
+// round-to-nearest). Only AVX2's binary16 lanes ask for one (round down: simd_avx2.h).
+template <class V, class = void>
+struct MxcsrRounding : std::integral_constant<unsigned, 0> {};
+template <class V>
+struct MxcsrRounding<V, std::void_t<decltype(V::kMxcsrRounding)>>
+    : std::integral_constant<unsigned, V::kMxcsrRounding> {};
+
 template <class V>
 struct KernelBase {
   static constexpr bool kWide = WideTiles<V>::present;
   using WideTile = typename WideTiles<V>::Tile;
   using T = typename V::T;
   using Vec = typename V::R;
+  // What every shard opens with: subnormals honoured, V's rounding (FpEnvGuard).
+  struct FpEnv : FpEnvGuard {
+    FpEnv() : FpEnvGuard(MxcsrRounding<V>::value) {}
+  };
   static constexpr int kLanes = V::L, PW = V::kPW, NV = V::kNV, BW = kLanes * NV;
   static constexpr int TI = V::kTI;  // input channels per dense dw register tile
   static constexpr int PF = V::kPF;  // output pixels per dense forward register block
@@ -317,6 +329,7 @@ struct KernelBase {
   using Base = KernelBase<V>;             \
   using typename Base::T;                 \
   using typename Base::Vec;               \
+  using typename Base::FpEnv;             \
   using Base::kLanes;                     \
   using Base::PW;                         \
   using Base::DW3W;                       \

@@ -69,11 +69,18 @@ struct VD {
   static R canon(R a) { return _mm256_blendv_pd(a, _mm256_castsi256_pd(_mm256_set1_epi64x(0x7FF8000000000000LL)), _mm256_cmp_pd(a, a, _CMP_UNORD_Q)); }
 };
 
-// Exact binary16 arithmetic in float lanes: TwoSum, round to odd at 24 bits,
-// then round to nearest binary16 with F16C (see numerics.h for why).
+// Exact binary16 arithmetic in float lanes. The kernels run these lanes with
+// MXCSR rounding down (kMxcsrRounding; KernelBase::FpEnv sets it per shard),
+// so one fmadd gives the exact a*b + c rounded down and the negated fnmsub
+// (-(a*b) - c, rounded down) the same rounded up: the AVX-512 VH's two
+// directed roundings, with MXCSR in place of embedded rounding. Of the two,
+// the one with its last bit set is the round-to-odd binary32 value, which
+// F16C rounds once more to binary16 (its explicit round-to-nearest ignores
+// MXCSR). docs/numerics.md, "float16 accumulation on AVX2".
 struct VH {
   using T = float;
   using R = __m256;
+  static constexpr unsigned kMxcsrRounding = 0x2000;  // RC = 01: toward -inf
   static constexpr int L = 8, kPW = 4, kNV = 2, kTI = 4, kPF = kPW, kPG = kPW, kPD = kPW;  // many chains: the emulated fma is latency-bound
   static R zero() { return _mm256_setzero_ps(); }
   static R load(const T* p) { return _mm256_loadu_ps(p); }
@@ -82,46 +89,16 @@ struct VH {
   static void stream(T* p, R a) { _mm256_stream_ps(p, a); }  // p 32-byte aligned
   static void fence() { _mm_sfence(); }
   static R bcast(T s) { return _mm256_set1_ps(s); }
-  static R ro_sum(R x, R y) {
-    const R t = _mm256_add_ps(x, y);
-    const R bb = _mm256_sub_ps(t, x);
-    const R e = _mm256_add_ps(_mm256_sub_ps(x, _mm256_sub_ps(t, bb)), _mm256_sub_ps(y, bb));
-    const __m256i tu = _mm256_castps_si256(t);
-    const __m256i one = _mm256_set1_epi32(1);
-    const __m256i even = _mm256_cmpeq_epi32(_mm256_and_si256(tu, one), _mm256_setzero_si256());
-    const __m256i expo = _mm256_set1_epi32(0x7F800000);
-    const __m256i finite = _mm256_xor_si256(_mm256_cmpeq_epi32(_mm256_and_si256(tu, expo), expo), _mm256_set1_epi32(-1));
-    const __m256i inexact = _mm256_castps_si256(_mm256_cmp_ps(e, _mm256_setzero_ps(), _CMP_NEQ_OQ));
-    const __m256i adjust = _mm256_and_si256(_mm256_and_si256(even, finite), inexact);
-    // e and t of the same sign: the odd neighbour is further from zero (+1), else nearer (-1).
-    const __m256i same = _mm256_srai_epi32(_mm256_xor_si256(tu, _mm256_castps_si256(e)), 31);  // -1 if signs differ
-    const __m256i step = _mm256_or_si256(_mm256_andnot_si256(same, one), same);                   // +1 or -1
-    return _mm256_castsi256_ps(_mm256_add_epi32(tu, _mm256_and_si256(adjust, step)));
-  }
   static R half_round(R a) { return _mm256_cvtph_ps(_mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
-  // binary16 fma: the binary32 fma's result rounded to binary16, except in lanes where that could round twice
-  // wrongly (a binary16 midpoint, or 0 < |s| < 2^-14): those take the exact path. See the AVX-512 VH and
-  // docs/numerics.md ("float16 accumulation, fast").
-  static R hazard(R s) {
-    const __m256i u = _mm256_castps_si256(s);
-    const __m256i mid = _mm256_cmpeq_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x1FFF)), _mm256_set1_epi32(0x1000));
-    // 0 < |s| < 2^-14 as a signed compare: |s| bits - 1 in [0, 0x387FFFFF) (zero wraps to -1: excluded below)
-    const __m256i mag1 = _mm256_sub_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF)), _mm256_set1_epi32(1));
-    const __m256i tiny = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_setzero_si256(), mag1),
-                                             _mm256_cmpgt_epi32(_mm256_set1_epi32(0x387FFFFF), mag1));
-    return _mm256_castsi256_ps(_mm256_or_si256(mid, tiny));
+  static R neg(R a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
+  // Round to odd from the rounding up and down of one exact value: they are adjacent when it is inexact
+  // and the odd one is wanted; equal when it is exact, except an exact zero (up +0, dn -0), where it is up.
+  // So: dn where its last bit is set, else up (blendv reads the bit shifted into the sign).
+  static R odd(R up, R dn) {
+    return _mm256_blendv_ps(up, dn, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(dn), 31)));
   }
-  // Out of line: the rare exact path must not cost the hot loop registers.
-  __attribute__((noinline, cold)) static R fma_hazard(R a, R b, R c, R s, R h) {
-    return _mm256_blendv_ps(half_round(s), half_round(ro_sum(_mm256_mul_ps(a, b), c)), h);
-  }
-  static R fma(R a, R b, R c) {
-    const R s = _mm256_fmadd_ps(a, b, c);
-    const R h = hazard(s);
-    if (__builtin_expect(_mm256_testz_ps(h, h), 1)) return half_round(s);
-    return fma_hazard(a, b, c, s, h);
-  }
-  static R add(R a, R b) { return half_round(ro_sum(a, b)); }
+  static R fma(R a, R b, R c) { return half_round(odd(neg(_mm256_fnmsub_ps(a, b, c)), _mm256_fmadd_ps(a, b, c))); }
+  static R add(R a, R b) { return half_round(odd(neg(_mm256_sub_ps(neg(a), b)), _mm256_add_ps(a, b))); }
   static R canon(R a) { return VF::canon(a); }
   using M = VF::M;
   static M lanes(int lo, int hi) { return VF::lanes(lo, hi); }

@@ -26,7 +26,7 @@ struct WgradKernels : KernelBase<V> {
     constexpr int EV = 16;
     const i64 units = ceil_div(F, EV * kLanes);
     ex.parallel_for(units, ch.P * EV * kLanes, [&](i64 u0, i64 u1) {
-      FpEnvGuard guard;
+      FpEnv guard;
       for (i64 u = u0; u < u1; ++u) {
         const i64 e0 = u * EV * kLanes, nv = std::min<i64>(EV, ceil_div(F - e0, kLanes));
         Vec s[EV];
@@ -249,7 +249,7 @@ struct WgradKernels : KernelBase<V> {
     // it (and joint tiles need it).
     const bool pack = nb >= 8 || joint;
     ex.parallel_for(units, ch.L * NI * BW, [&](i64 u0, i64 u1) {
-      FpEnvGuard guard;
+      FpEnv guard;
       alignas(64) T tmp[kLanes];
       std::vector<T> xpack(pack ? ch.L * NI : 0);  // this tile's x (b == 0 fills it)
       TileRows<NI, joint> rows;
@@ -343,7 +343,7 @@ struct WgradKernels : KernelBase<V> {
     const std::vector<T> zeros(nb * BW + kPad, T(0));
     const i64 units = ch.P * nb * p.KH * kb;
     ex.parallel_for(units, ch.L * NK * BW, [&](i64 u0, i64 u1) {
-      FpEnvGuard guard;
+      FpEnv guard;
       alignas(64) T tmp[kLanes];
       for (i64 u = u0; u < u1; ++u) {
         i64 rem = u;
@@ -430,7 +430,7 @@ struct WgradKernels : KernelBase<V> {
     const i64 nb = ceil_div(p.Co, kLanes), F = p.filter_elems();
     const std::vector<S> zero_row(p.W * p.C + kPad, S{});  // what a padded filter row reads
     ex.parallel_for(ch.P * nb, ch.L * 9 * kLanes, [&](i64 u0, i64 u1) {
-      FpEnvGuard guard;
+      FpEnv guard;
       alignas(64) T tmp[kLanes];
       for (i64 u = u0; u < u1; ++u) {
         const i64 k = u / nb, o0 = u % nb * kLanes;  // channel blocks innermost: they share the chunk's rows
@@ -504,7 +504,7 @@ struct WgradKernels : KernelBase<V> {
     Workspace<T> parts(ex, ch.P * F);  // every part written before combine() reads it
     const i64 nb = ceil_div(F, kLanes);
     ex.parallel_for(ch.P * nb, ch.L * kLanes, [&](i64 u0, i64 u1) {
-      FpEnvGuard guard;
+      FpEnv guard;
       alignas(64) T tmp[kLanes];
       for (i64 u = u0; u < u1; ++u) {
         const i64 b = u % nb, k = u / nb, o0 = b * kLanes;
