@@ -76,7 +76,7 @@ struct KernelBase {
   // last block's 4 pixels, 3x3 112x112 32->64 even. (The input gradient
   // takes them on every row: DgradKernels::dgrad_tail_blocks.)
   static bool tail_blocks(i64 width) {
-    return PG > PF && PG > PD && (ceil_div(width, PG) * PG - width) * 16 > width;
+    return PG > PF && (ceil_div(width, PG) * PG - width) * 16 > width;
   }
   // Rows of 7, 14 or 28 pixels (not a multiple of 8) fit whole 7-pixel blocks where blocks (np) are 8 wide.
   static constexpr bool sevens(i64 width, int np) { return np == 8 && width % 8 != 0 && width % 7 == 0; }
