@@ -1,5 +1,7 @@
 """Shared helpers for the TensorFlow op tests."""
 
+import contextlib
+
 import ml_dtypes
 import numpy as np
 
@@ -32,3 +34,16 @@ def to_nchw(a):
 
 def to_nhwc(a):
     return np.ascontiguousarray(np.transpose(a, (0, 2, 3, 1)))
+
+
+@contextlib.contextmanager
+def on_cpu_isa(mod, isa):
+    """Runs the block on one CPU path of `mod` (detconv, or detconv.kernels without TensorFlow), then
+    restores the path before."""
+    before = mod.cpu_isa()
+    mod.set_cpu_isa(isa)
+    try:
+        assert mod.cpu_isa() == isa, f"could not force the {isa} path"
+        yield
+    finally:
+        mod.set_cpu_isa(before)

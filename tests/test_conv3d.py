@@ -14,7 +14,7 @@ from detconv import reference as ref
 from detconv._loader import child_python_kwargs
 from conftest import assert_bits_equal
 from cases import CASES_3D, DTYPE_IDS, DTYPES
-from helpers import rand
+from helpers import on_cpu_isa, rand
 
 CASES = CASES_3D
 
@@ -81,16 +81,13 @@ def test_ncdhw_same_bits(case):
 
 def test_every_isa_path_same_bits():
     results = {}
-    try:
-        for isa in detconv.cpu_isa(supported=True):
-            assert detconv.set_cpu_isa(isa)
+    for isa in detconv.cpu_isa(supported=True):
+        with on_cpu_isa(detconv, isa):
             for case in (CASES[0], CASES[3], CASES[4], CASES[7]):
                 for dtype, acc in (("float32", None), ("float16", "float16"), ("float64", None)):
                     x, f, b, dy = _inputs(11, case, dtype)
                     results.setdefault((case[0], dtype), []).append((isa, run_all(x, f, b, dy, *case[3:],
                                                                                   accumulation=acc)))
-    finally:
-        detconv.set_cpu_isa("auto")
     for key, runs in results.items():
         (isa0, first), rest = runs[0], runs[1:]
         for isa, out in rest:

@@ -1,14 +1,12 @@
 """detconv.kernels (the framework-free module) on NumPy arrays: the CPU kernels
 against detconv.reference, bit for bit. Needs no TensorFlow."""
 
-import contextlib
-
 import numpy as np
 import pytest
 
 from conftest import assert_bits_equal
 from cases import CASES_2D_KERNELS, CASES_3D, CASES_HALF_DIRECT, DTYPE_IDS, DTYPES
-from helpers import rand, to_nchw, to_nhwc
+from helpers import on_cpu_isa, rand, to_nchw, to_nhwc
 
 try:
     from detconv import _kernels  # noqa: F401
@@ -74,21 +72,9 @@ def _isas():
     return [i for i in ("scalar", "avx2", "avx512") if _kernels.cpu_isa_supported(i)]
 
 
-@contextlib.contextmanager
-def _on_isa(isa):
-    """Runs the block on one CPU path, then restores the one before."""
-    before = K.cpu_isa()
-    K.set_cpu_isa(isa)
-    try:
-        yield
-    finally:
-        K.set_cpu_isa(before)
-
-
 @pytest.mark.parametrize("isa", _isas())
 def test_every_isa_path_same_bits(rng, isa):
-    with _on_isa(isa):
-        assert K.cpu_isa() == isa
+    with on_cpu_isa(K, isa):
         # ... and the 1x1 GEMM (AVX2: forward and dx) and the AVX2 forward's 6-pixel dense blocks.
         picked = ("dw-chunks-s2", "dw-s2-even", "1x1-wide", "rows-of-23-groups-d2")
         for case in (CASES[0], CASES[5], *(c for c in CASES if c[0] in picked)):
@@ -106,7 +92,7 @@ def test_float16_read_in_place(rng, isa):
     # float16 depthwise 3x3 layers: x and dy read from the caller's memory and widened per vector,
     # on every ISA, both accumulations, with subnormals, -0, inf and NaN among the values; the
     # NCHW call (converted into a copy first) must agree too.
-    with _on_isa(isa):
+    with on_cpu_isa(K, isa):
         for name, x_shape, f_shape, strides, dilations, padding in CASES_HALF_DIRECT:
             for accumulation in (None, "float16"):
                 x, f, b, dy = _operands(rng, x_shape, f_shape, strides, dilations, padding, "float16",
@@ -172,7 +158,7 @@ def _rounds_to_nearest_with_subnormals():
 def test_fp_environment_restored(rng, isa):
     # The shards set their own floating-point environment (subnormals kept; AVX2's binary16 lanes round
     # down) and must hand the caller's back; this thread runs the first shard.
-    with _on_isa(isa):
+    with on_cpu_isa(K, isa):
         for dtype, accumulation in DTYPES:
             x, f, _, _ = _operands(rng, (1, 6, 6, 8), (3, 3, 8, 16), 1, 1, "SAME", dtype, accumulation)
             K.conv2d(x, f, padding="SAME", accumulation=accumulation, threads=1)
@@ -387,7 +373,7 @@ def test_padded_runs_in_one_fma(rng, case, dtype, accumulation):
     dy[..., 0] = -np.abs(dy[..., 0])
     want_dw = wgrad_r(x, dy, f.shape, **a)
     for isa in _isas():
-        with _on_isa(isa):
+        with on_cpu_isa(K, isa):
             assert_bits_equal(conv_k(x, f, **a), want, f"{isa} forward")
             assert_bits_equal(wgrad_k(x, dy, f.shape, **a), want_dw, f"{isa} filter gradient")
 
@@ -403,7 +389,7 @@ def test_large_pointwise_gemm_path(rng, dtype, accumulation):
     b = rand(rng, (272,), dtype, scale)
     want = ref.conv2d(x, f, bias=b, accumulation=accumulation)
     for isa in _isas():
-        with _on_isa(isa):
+        with on_cpu_isa(K, isa):
             assert_bits_equal(K.conv2d(x, f, bias=b, accumulation=accumulation), want, f"{isa} forward")
 
 
@@ -428,7 +414,7 @@ def test_large_filters_every_pass(rng, case):
     want_dx = ref.conv2d_backprop_input(dy, f, x.shape, s, padding)
     want_dw = ref.conv2d_backprop_filter(x, dy, f.shape, s, padding)
     for isa in _isas():
-        with _on_isa(isa):
+        with on_cpu_isa(K, isa):
             assert_bits_equal(K.conv2d(x, f, s, padding), want_y, f"{isa} forward")
             assert_bits_equal(K.conv2d_backprop_input(dy, f, x.shape, s, padding), want_dx, f"{isa} dx")
             assert_bits_equal(K.conv2d_backprop_filter(x, dy, f.shape, s, padding), want_dw, f"{isa} dw")
@@ -443,7 +429,7 @@ def test_packed_filter_gradient_3d(rng):
     f_shape = (3, 3, 3, 7, 460)
     want = ref.conv3d_backprop_filter(x, dy, f_shape, 1, "SAME")
     for isa in _isas():
-        with _on_isa(isa):
+        with on_cpu_isa(K, isa):
             assert_bits_equal(K.conv3d_backprop_filter(x, dy, f_shape, 1, "SAME"), want, f"{isa} dw")
 
 
@@ -462,7 +448,7 @@ TAIL_CASES = (  # name, f_shape (KH, KW, Cg, Co), strides, dilations, padding, g
 
 @pytest.mark.parametrize("isa", _isas())
 def test_row_tail_blocks(rng, isa):
-    with _on_isa(isa):
+    with on_cpu_isa(K, isa):
         for name, f_shape, s, d, padding, groups in TAIL_CASES:
             for w in range(1, 15):
                 if padding == "VALID" and w < (f_shape[1] - 1) * d + 1:

@@ -7,7 +7,7 @@ import tensorflow as tf
 import detconv
 from detconv import reference as ref
 from conftest import assert_bits_equal, bits
-from helpers import rand
+from helpers import on_cpu_isa, rand
 
 
 def f32(u):
@@ -284,9 +284,6 @@ def test_native_float16_fma_double_rounding_hazards():
         want = exact[sel].reshape(1, 1, -1, 1)
         assert_bits_equal(ref.conv2d(xs, f, accumulation="float16"), want, "reference")
         for isa in detconv.cpu_isa(supported=True):
-            assert detconv.set_cpu_isa(isa)
-            try:
+            with on_cpu_isa(detconv, isa):
                 y = detconv.conv2d(xs, f, 1, "VALID", accumulation="float16").numpy()
-            finally:
-                detconv.set_cpu_isa("auto")
             assert_bits_equal(y, want, f"{isa} b={b_val}")

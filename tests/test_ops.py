@@ -10,7 +10,7 @@ import detconv
 from detconv import reference as ref
 from conftest import assert_bits_equal
 from cases import CASES_2D, DTYPE_IDS, DTYPES
-from helpers import rand, tf_padding, to_nchw, to_nhwc
+from helpers import on_cpu_isa, rand, tf_padding, to_nchw, to_nhwc
 
 CASES = CASES_2D
 
@@ -173,18 +173,14 @@ def test_every_isa_path_same_bits(rng):
     assert "scalar" in paths
     cases = [CASES[1], CASES[5], CASES[8], CASES[10], CASES[-2]]
     results = {}
-    try:
-        for isa in paths:
-            assert detconv.set_cpu_isa(isa)
-            assert detconv.cpu_isa() == isa
+    for isa in paths:
+        with on_cpu_isa(detconv, isa):
             for case in cases:
                 for dtype, acc in DTYPES:
                     r = np.random.default_rng(7)
                     x, f, b, dy = make_case(r, case, dtype)
                     out = run_all(x, f, b, dy, *case[3:], "NHWC", acc)
                     results.setdefault((case[0], dtype, acc), []).append((isa, out))
-    finally:
-        detconv.set_cpu_isa("auto")
     for key, runs in results.items():
         (isa0, first), rest = runs[0], runs[1:]
         for isa, out in rest:
@@ -261,14 +257,11 @@ def test_large_outputs_streamed(rng, stride, dtype):
     want_dx = ref.conv2d_backprop_input(dy, f.reshape(3, 3, 1, c), x_shape, stride, "SAME")
     assert want_dx.nbytes >= 4 << 20 and (stride == 2 or want_y.nbytes >= 4 << 20)
     st = [1, stride, stride, 1]
-    try:
-        for isa in detconv.cpu_isa(supported=True):
-            assert detconv.set_cpu_isa(isa)
+    for isa in detconv.cpu_isa(supported=True):
+        with on_cpu_isa(detconv, isa):
             assert_bits_equal(detconv.depthwise_conv2d(x, f, st, "SAME").numpy(), want_y, f"{isa} forward")
             got = detconv.depthwise_conv2d_backprop_input(x_shape, f, dy, st, "SAME").numpy()
             assert_bits_equal(got, want_dx, f"{isa} dx")
-    finally:
-        detconv.set_cpu_isa("auto")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
@@ -287,16 +280,13 @@ def test_large_dense_outputs_streamed(rng, dtype):
             "1x1 dx": ref.conv2d_backprop_input(dy1, g1, big, 1, "SAME"),
             "3x3 dx": ref.conv2d_backprop_input(dy3, g3, big, 1, "SAME")}
     assert all(w.nbytes >= 4 << 20 for w in want.values())
-    try:
-        for isa in detconv.cpu_isa(supported=True):
-            assert detconv.set_cpu_isa(isa)
+    for isa in detconv.cpu_isa(supported=True):
+        with on_cpu_isa(detconv, isa):
             got = {"1x1 forward": detconv.conv2d(x1, f1, 1, "SAME"), "3x3 forward": detconv.conv2d(x3, f3, 1, "SAME"),
                    "1x1 dx": detconv.conv2d_backprop_input(big, g1, dy1, 1, "SAME"),
                    "3x3 dx": detconv.conv2d_backprop_input(big, g3, dy3, 1, "SAME")}
             for name, w in want.items():
                 assert_bits_equal(got[name].numpy(), w, f"{isa} {name}")
-    finally:
-        detconv.set_cpu_isa("auto")
 
 
 @pytest.mark.parametrize("dtype,acc", DTYPES, ids=DTYPE_IDS)
