@@ -328,9 +328,14 @@ def test_composite_entry_points_match_reference(rng):
 # a padded run arrives; some runs hold an inf or NaN, some only negative values, the rest random signs.
 # Shapes cover the forward kernel with register accumulators (padded rows), with the memory tile (padded rows
 # and padded columns at both edges, stride and dilation; the filter is large enough to select it on AVX-512),
-# and 3-D (padded depth planes).
+# and 3-D (padded depth planes); then the same on the ISAs' wide forward tiles (64 output channels: whole
+# 4-vector blocks on AVX2 and AVX-512), whose edge blocks fold a padded column as one fma per pixel.
 PADDED_RUN_CASES = [
     ("registers", (2, 6, 7, 20), (3, 3, 20, 24), (1, 1), (1, 1), "SAME"),
+    ("wide registers", (2, 5, 9, 20), (3, 3, 20, 64), (1, 1), (1, 1), "SAME"),
+    ("wide strided dilated", (1, 7, 13, 20), (3, 3, 20, 64), (2, 1), (1, 2), ((2, 1), (3, 0))),
+    ("wide tile", (1, 4, 9, 256), (3, 3, 256, 64), (1, 1), (1, 1), "SAME"),
+    ("3-D wide", (1, 3, 4, 7, 20), (3, 3, 3, 20, 64), (1, 1, 1), (1, 1, 1), "SAME"),
     ("tile", (1, 4, 5, 512), (3, 3, 512, 16), (1, 1), (1, 1), "SAME"),
     ("tile strided dilated", (1, 7, 11, 512), (3, 3, 512, 16), (2, 2), (1, 2), ((2, 1), (3, 0))),
     ("3-D", (1, 3, 4, 5, 20), (3, 3, 3, 20, 24), (1, 1, 1), (1, 1, 1), "SAME"),
@@ -352,8 +357,14 @@ def _padded_run_operands(rng, x_shape, f_shape, dtype):
     return x, f
 
 
-@pytest.mark.parametrize("dtype,accumulation", PADDED_RUN_DTYPES, ids=["f32", "f64", "f16acc"])
-@pytest.mark.parametrize("case", PADDED_RUN_CASES, ids=[c[0] for c in PADDED_RUN_CASES])
+# Wide tiles run float32 lanes only: their cases skip float64 (whose reference is slow).
+PADDED_RUN_PARAMS = [pytest.param(case, dt, acc, id=f"{case[0]}-{tag}")
+                     for case in PADDED_RUN_CASES
+                     for (dt, acc), tag in zip(PADDED_RUN_DTYPES, ["f32", "f64", "f16acc"])
+                     if not ("wide" in case[0] and dt == "float64")]
+
+
+@pytest.mark.parametrize("case,dtype,accumulation", PADDED_RUN_PARAMS)
 def test_padded_runs_in_one_fma(rng, case, dtype, accumulation):
     _, x_shape, f_shape, strides, dilations, padding = case
     conv_k, conv_r = (K.conv3d, ref.conv3d) if len(x_shape) == 5 else (K.conv2d, ref.conv2d)

@@ -20,7 +20,7 @@
 template <class V, class = void>
 struct WideTiles {
   static constexpr bool present = false;
-  struct None { static constexpr int kDw[2] = {0, 0}, kDx[2] = {0, 0}; };
+  struct None { static constexpr int kFwd[2] = {0, 0}, kFwdPastL2 = 0, kDw[2] = {0, 0}, kDx[2] = {0, 0}; };
   using Tile = None;
 };
 template <class V>
@@ -39,8 +39,9 @@ struct MxcsrRounding<V, std::void_t<decltype(V::kMxcsrRounding)>>
 
 template <class V>
 struct KernelBase {
-  static constexpr bool kWide = WideTiles<V>::present;
+  // The ISA's wide tiles (V::Wide), per pass; {0, 0}: none for that pass.
   using WideTile = typename WideTiles<V>::Tile;
+  static constexpr bool kWideFwd = WideTile::kFwd[0] > 0, kWideDx = WideTile::kDx[0] > 0, kWideDw = WideTile::kDw[0] > 0;
   using T = typename V::T;
   using Vec = typename V::R;
   // What every shard opens with: subnormals honoured, V's rounding (FpEnvGuard).

@@ -5,6 +5,11 @@ struct VF {
   using T = float;
   using R = __m256;
   static constexpr int L = 8, kPW = 4, kNV = 2, kTI = 6, kPF = kPW, kPG = 6, kPD = kPW;  // 8 (1x1 GEMM: 12, dw tiles: 12) accumulators of 16 registers
+  // Forward tile for groups of whole 32-channel blocks: 3 pixels x 4 vectors, 12 accumulators like the
+  // 6x2 block but 7 loads per 12 fmas instead of 8 (the filter vectors as fma memory operands).
+  struct Wide {
+    static constexpr int kFwd[2] = {3, 4}, kFwdPastL2 = 3, kDw[2] = {0, 0}, kDx[2] = {0, 0};
+  };
   static R zero() { return _mm256_setzero_ps(); }
   static R load(const T* p) { return _mm256_loadu_ps(p); }
   static R load(const Half16* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }

@@ -9,9 +9,11 @@ struct VF {
   // Tiles for 64+ channels per group (4 vectors). Filter gradient: 6 input channels x 4 vectors of output
   // channels, 24 accumulators (measured: 1x1 7x7 2048->512 dw 4.45 -> 3.90 ms, 3x3 14x14 256->256 6.6-7.1 ->
   // 6.3 ms). Input gradient: 4 pixels x 4 vectors (C3D block dx 0.86-0.88 -> 0.90-0.92 of oneDNN; rows whose
-  // width wastes less in blocks of 4, e.g. 19: Xception dx 11.2 -> 10.2 ms).
+  // width wastes less in blocks of 4, e.g. 19: Xception dx 11.2 -> 10.2 ms). Forward: 4 pixels x 4 vectors
+  // (7 pixels where the packed filter block is past L2: 28 accumulators), for groups of whole blocks
+  // (FpropKernels::fprop has the numbers).
   struct Wide {
-    static constexpr int kDw[2] = {6, 4}, kDx[2] = {4, 4};
+    static constexpr int kFwd[2] = {4, 4}, kFwdPastL2 = 7, kDw[2] = {6, 4}, kDx[2] = {4, 4};
   };
   static R zero() { return _mm512_setzero_ps(); }
   static R load(const T* p) { return _mm512_loadu_ps(p); }

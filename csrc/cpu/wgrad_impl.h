@@ -7,7 +7,7 @@ struct WgradKernels : KernelBase<V> {
   DETCONV_KERNEL_BASE_NAMES
 
   // A second dense dw tile shape for wide groups, where the ISA names one.
-  static constexpr int WI = Base::kWide ? Base::WideTile::kDw[0] : TI, WW = Base::kWide ? Base::WideTile::kDw[1] : NV;
+  static constexpr int WI = Base::kWideDw ? Base::WideTile::kDw[0] : TI, WW = Base::kWideDw ? Base::WideTile::kDw[1] : NV;
 
   // Stores the first n (<= kLanes: only those) lanes of v to dst; tmp is scratch.
   static void store_lanes(T* dst, Vec v, i64 n, T* tmp) {
@@ -489,7 +489,7 @@ struct WgradKernels : KernelBase<V> {
       else if (dw33(p)) wgrad_dw33<2, T>(p, ch, x, dy, parts, ex);
       else if (p.Cg == 1 && p.Cog() < kLanes) wgrad_dw(p, ch, x, dy, parts, ex);
       else if (p.G == 1 && p.dw == 1 && p.Cg < TI && p.KW > 1) wgrad_dense<TI, NV, true>(p, ch, x, dy, parts, ex);
-      else if (Base::kWide && p.Cog() >= WW * kLanes) wgrad_dense<WI, WW>(p, ch, x, dy, parts, ex);
+      else if (Base::kWideDw && p.Cog() >= WW * kLanes) wgrad_dense<WI, WW>(p, ch, x, dy, parts, ex);
       else wgrad_dense<TI, NV>(p, ch, x, dy, parts, ex);
     });
   }
