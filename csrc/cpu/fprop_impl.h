@@ -106,6 +106,7 @@ struct FpropKernels : KernelBase<V> {
       // One block of NP pixels past the row: a tap's blocks start where its valid columns do.
       std::vector<T> tile(tap_outer ? (owb + 1) * NP * BF : 0);
       std::vector<T> patch(patches ? NP * taps + kPad : 0, T(0));  // one pixel block's
+      std::vector<const T*> in_rows(p.KH);  // this output row's input rows (null: padding)
       for (i64 u = u0; u < u1; ++u) {
         i64 rem = u, b, g, oh, n;
         if (rows_inner) {
@@ -127,6 +128,7 @@ struct FpropKernels : KernelBase<V> {
           const i64 ih = fprop_in_row(p, oh, kh);
           return ih >= 0 && ih < p.H && !x.padded(n * p.H + ih);
         };
+        for (i64 kh = 0; kh < p.KH; ++kh) in_rows[kh] = row_in(kh) ? x.row(n * p.H + fprop_in_row(p, oh, kh)) : nullptr;
         auto tap = [&](i64 ow0, i64 kh, i64 kw, auto& xp) {
           constexpr int NB = std::extent<std::remove_reference_t<decltype(xp)>>::value;
           const i64 ih = fprop_in_row(p, oh, kh);
@@ -212,6 +214,16 @@ struct FpropKernels : KernelBase<V> {
             Vec acc[NB][NW];
             for (int q = 0; q < NB; ++q)
               for (int j = 0; j < NW; ++j) acc[q][j] = V::zero();
+            // Where every row runs, all KH rows in one sweep with the accumulators in registers
+            // (one process, batch 8, two threads: C3D block forward AVX-512 93.2 -> 92.5 ms, AVX2
+            // 97.3 -> 96.0; 3x3 2-D layers mostly 0.5-1.5% faster).
+            if (run) {
+              i64 off[NB];
+              for (int q = 0; q < NB; ++q) off[q] = fprop_in_col(p, ow0 + q, 0) * p.C;
+              Base::template micro_rows<NB, NW>(acc, in_rows.data(), off, p.KH, wg, p.KW * p.Cg, wrg);
+              emit(ow0, acc);
+              return;
+            }
             for (i64 kh = 0; kh < p.KH; ++kh) {
               const i64 ih = fprop_in_row(p, oh, kh);
               if (!row_in(kh)) {  // a padded row's (kw, i) in one fma
@@ -233,8 +245,11 @@ struct FpropKernels : KernelBase<V> {
                 const T* wt = wg + (kh * p.KW + kw) * p.Cg * BF;
                 // Pixels [lo, hi) meet a column inside the row and fold the tap; the others
                 // before OW take its padded run as one fma (its i's are all padding), and
-                // pixels past OW, which are never stored, nothing. Measured, one process, batch
-                // 8, two threads, AVX-512: C3D 3x3x3 block forward 99.3 -> 95.0 ms.
+                // pixels past OW, which are never stored, nothing. One process, batch 8, two
+                // threads (ms): AVX2 3x3 56x56x64 9.12 -> 8.92, 28x28x128 9.13 -> 8.70, 14x14x256
+                // 8.94 -> 8.58, C3D block 98.0 -> 97.1; AVX-512 3x3 7x7x512 8.75 -> 8.45, the
+                // other 3x3 layers and C3D 0-1%; the stem 7x7/2 AVX2 12.69 -> 12.40, AVX-512
+                // 11.41 -> 11.58 (its 4-pixel spans of a 21-value run).
                 const int lo = int(std::clamp<i64>(fprop_first_out(p, kw) - ow0, 0, NB));
                 const int hi = int(std::clamp<i64>(std::min(p.OW, fprop_end_out(p, kw)) - ow0, lo, NB));
                 if (lo == 0 && hi == NB) {
@@ -559,7 +574,8 @@ struct FpropKernels : KernelBase<V> {
       // Groups of whole 4-vector channel blocks: the ISA's wide forward tile, narrower where the packed
       // filter block outgrows L2 (then the memory tile path). Batch 8, two threads, in one process (ms):
       //   AVX-512, 4x4 (7x4 past L2) against 8x2 or 7x2: C3D 3x3x3 block 95.0 -> 93.8, 3x3 56x56x64
-      //   9.06 -> 8.83, 7x7x512 8.96 -> 8.79, 112x112 32->64 17.73 -> 17.64, stem 7x7/2 12.08 -> 10.64;
+      //   9.06 -> 8.83, 7x7x512 8.96 -> 8.79, 112x112 32->64 17.73 -> 17.64, stem 7x7/2 12.05 -> 11.03,
+      //   1x1 56x56 256->64 4.81 -> 4.68, 64->256 5.01 -> 4.74, 14x14 1024->256 4.19 -> 4.12;
       //   AVX2, 3x4 against 6x2 (12 chains both): C3D block 99.3 -> 97.0, 3x3 56x56x64 9.36 -> 8.94,
       //   28x28x128 9.09 -> 8.82, 14x14x256 8.91 -> 8.67, 7x7x512 11.03 -> 8.85, 112x112 19.25 -> 18.80.
       if constexpr (Base::kWideFwd) {
