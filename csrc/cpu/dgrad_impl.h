@@ -102,6 +102,7 @@ struct DgradKernels : KernelBase<V> {
     ex.parallel_for(units, taps * cog * BW * NP, [&](i64 u0, i64 u1) {
       FpEnv guard;
       std::vector<TapCols> cols(p.KW);
+      std::vector<const T*> tap_x(taps), tap_w(taps);
       InnerCounter c(u0, pb.count());
       i64 b = 0, g = 0, ih = 0, id = 0, n = 0;
       for (i64 u = u0; u < u1; ++u, c.next()) {
@@ -151,7 +152,32 @@ struct DgradKernels : KernelBase<V> {
           Vec acc[NB][NW];
           for (int q = 0; q < NB; ++q)
             for (int j = 0; j < NW; ++j) acc[q][j] = V::zero();
-          for (i64 kd = 0; kd < p.KD; ++kd) {
+          // Where every kw reaches every pixel, all reaching taps in one sweep with the accumulators in
+          // registers throughout (one process, batch 8, two threads, ms: C3D block AVX2 101.2 -> 100.1,
+          // AVX-512 96.4 -> 95.9; 3x3 2-D layers 1-2% faster).
+          bool all = true;
+          for (i64 kw = 0; kw < p.KW; ++kw) all = all && cols[kw].all;
+          if (all) {
+            i64 k = 0;
+            for (i64 kd = 0; kd < p.KD; ++kd) {
+              const i64 od = dgrad_out_dep(p, id, kd);
+              if (od < 0) continue;
+              for (i64 kh = 0; kh < p.KH; ++kh) {
+                const i64 oh = dgrad_out_row(p, ih, kh);
+                if (oh < 0) continue;
+                const T* row = dy.row((n * p.OD + od) * p.OH + oh) + g * cog;
+                const T* wrow = wt.data() + ((g * nb + b) * taps + (kd * p.KH + kh) * p.KW) * cog * BW;
+                for (i64 kw = 0; kw < p.KW; ++kw, ++k) {
+                  tap_x[k] = row + cols[kw].ow0 * p.Co;
+                  tap_w[k] = wrow + kw * cog * BW;
+                }
+              }
+            }
+            i64 off[NB];
+            for (int q = 0; q < NB; ++q) off[q] = q * p.Co;
+            Base::template micro_taps<NB, NW>(acc, tap_x.data(), tap_w.data(), off, k, cog);
+          }
+          for (i64 kd = 0; kd < p.KD && !all; ++kd) {
             const i64 od = dgrad_out_dep(p, id, kd);
             if (od < 0) continue;
             for (i64 kh = 0; kh < p.KH; ++kh) {

@@ -250,6 +250,23 @@ struct KernelBase {
     for (int q = 0; q < NP; ++q)
       for (int j = 0; j < NW; ++j) acc[q][j] = r[q][j];
   }
+  // micro() over a list of taps in one sweep, the accumulators in registers throughout: tap k's pixel q
+  // folds n values from base[k] + off[q] against w[k] (every listed tap reaches every pixel).
+  template <int NP, int NW>
+  static inline __attribute__((always_inline)) void micro_taps(Vec (&acc)[NP][NW], const T* const* base,
+                                                               const T* const* w, const i64 (&off)[NP], i64 taps,
+                                                               i64 n) {
+    Vec r[NP][NW];
+    for (int q = 0; q < NP; ++q)
+      for (int j = 0; j < NW; ++j) r[q][j] = acc[q][j];
+    for (i64 k = 0; k < taps; ++k) {
+      const T* xp[NP];
+      for (int q = 0; q < NP; ++q) xp[q] = base[k] + off[q];
+      micro_regs<NP, NW>(r, xp, w[k], n);
+    }
+    for (int q = 0; q < NP; ++q)
+      for (int j = 0; j < NW; ++j) acc[q][j] = r[q][j];
+  }
   // micro() on pixels [lo, hi) only; the others' accumulators keep their
   // bits. One instantiation per span, so no pixel pays a masked fma (AVX2 3x3
   // 7x7x512 dx spent half its time on the blends of a masked version).
@@ -367,6 +384,7 @@ struct KernelBase {
   using Base::micro_mem;                  \
   using Base::micro_range;                \
   using Base::micro_rows;                 \
+  using Base::micro_taps;                 \
   using typename Base::InnerCounter;      \
   using Base::repeat_channels;            \
   using Base::rows_of;                    \
