@@ -576,9 +576,9 @@ struct FpropKernels : KernelBase<V> {
       //   AVX-512, 4x4 (7x4 past L2) against 8x2 or 7x2: C3D 3x3x3 block 95.0 -> 93.8, 3x3 56x56x64
       //   9.06 -> 8.83, 7x7x512 8.96 -> 8.79, 112x112 32->64 17.73 -> 17.64, stem 7x7/2 12.05 -> 11.03,
       //   1x1 56x56 256->64 4.81 -> 4.68, 64->256 5.01 -> 4.74, 14x14 1024->256 4.19 -> 4.12;
-      //   AVX2, 3x4 against 6x2 (12 chains both): C3D block 99.3 -> 97.0, 3x3 56x56x64 9.36 -> 8.94,
+      //   AVX2, 3x4 against 6x2 (12 chains both): C3D block 99.6 -> 97.2, 3x3 56x56x64 9.36 -> 8.94,
       //   28x28x128 9.09 -> 8.82, 14x14x256 8.91 -> 8.67, 7x7x512 11.03 -> 8.85, 112x112 19.25 -> 18.80.
-      if constexpr (Base::kWideFwd) {
+      if constexpr (Base::kWideFwd) {  // (ISAs without the tile never instantiate it)
         constexpr int NP = Base::WideTile::kFwd[0], NW = Base::WideTile::kFwd[1];
         if (p.KH * p.KW * p.Cg * NW * kLanes * i64(sizeof(T)) <= Base::kFilterL2Bytes)
           fprop_dense<NP, NW>(p, x, f, bias, y, ex);

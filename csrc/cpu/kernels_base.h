@@ -15,17 +15,16 @@
 // parameter) is the number of output pixels in a register block, NV the
 // number of vectors per pixel, BW = kLanes * NV the channels of a block.
 
-// Tile shapes an ISA names for wide groups (V::Wide; only the AVX-512
-// float32 path, with 32 registers, has them).
+// Tile shapes an ISA names for wide groups (V::Wide: {pixels or input
+// channels, vectors} per pass, {0, 0} for none; only the float32 paths name
+// any: AVX-512 for every pass, AVX2 for the forward).
 template <class V, class = void>
 struct WideTiles {
-  static constexpr bool present = false;
   struct None { static constexpr int kFwd[2] = {0, 0}, kFwdPastL2 = 0, kDw[2] = {0, 0}, kDx[2] = {0, 0}; };
   using Tile = None;
 };
 template <class V>
 struct WideTiles<V, std::void_t<typename V::Wide>> {
-  static constexpr bool present = true;
   using Tile = typename V::Wide;
 };
 
