@@ -106,7 +106,7 @@ struct FpropKernels : KernelBase<V> {
       // One block of NP pixels past the row: a tap's blocks start where its valid columns do.
       std::vector<T> tile(tap_outer ? (owb + 1) * NP * BF : 0);
       std::vector<T> patch(patches ? NP * taps + kPad : 0, T(0));  // one pixel block's
-      std::vector<const T*> in_rows(p.KH);  // this output row's input rows (null: padding)
+      std::vector<const T*> in_rows(p.KH), row_w(p.KH);  // this output row's input rows (null: padding)
       for (i64 u = u0; u < u1; ++u) {
         i64 rem = u, b, g, oh, n;
         if (rows_inner) {
@@ -220,7 +220,9 @@ struct FpropKernels : KernelBase<V> {
             if (run) {
               i64 off[NB];
               for (int q = 0; q < NB; ++q) off[q] = fprop_in_col(p, ow0 + q, 0) * p.C;
-              Base::template micro_rows<NB, NW>(acc, in_rows.data(), off, p.KH, wg, p.KW * p.Cg, wrg);
+              for (i64 kh = 0; kh < p.KH; ++kh)  // a padded row: its run weight
+                row_w[kh] = in_rows[kh] ? wg + kh * p.KW * p.Cg * BF : wrg + kh * BF;
+              Base::template micro_taps<NB, NW>(acc, in_rows.data(), row_w.data(), off, p.KH, p.KW * p.Cg);
               emit(ow0, acc);
               return;
             }

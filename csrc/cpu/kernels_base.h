@@ -224,33 +224,9 @@ struct KernelBase {
     for (int q = 0; q < NP; ++q)
       for (int j = 0; j < NW; ++j) acc[q][j] = r[q][j];
   }
-  // micro() over filter rows k in [0, rows) in one sweep, the accumulators in registers from row to
-  // row: row k's pixel q folds n values from base[k] + off[q] against w + k*n*NW*kLanes; a null base
-  // is a padded row, folded as one fma with its run weight wpad + k*NW*kLanes (numerics.h, PaddedRun).
-  template <int NP, int NW>
-  static inline __attribute__((always_inline)) void micro_rows(Vec (&acc)[NP][NW], const T* const* base,
-                                                               const i64 (&off)[NP], i64 rows, const T* w, i64 n,
-                                                               const T* wpad) {
-    Vec r[NP][NW];
-    for (int q = 0; q < NP; ++q)
-      for (int j = 0; j < NW; ++j) r[q][j] = acc[q][j];
-    for (i64 k = 0; k < rows; ++k, w += n * NW * kLanes) {
-      if (!base[k]) {
-        for (int j = 0; j < NW; ++j) {
-          const Vec wv = V::load(wpad + k * NW * kLanes + j * kLanes);
-          for (int q = 0; q < NP; ++q) r[q][j] = V::fma(V::zero(), wv, r[q][j]);
-        }
-        continue;
-      }
-      const T* xp[NP];
-      for (int q = 0; q < NP; ++q) xp[q] = base[k] + off[q];
-      micro_regs<NP, NW>(r, xp, w, n);
-    }
-    for (int q = 0; q < NP; ++q)
-      for (int j = 0; j < NW; ++j) acc[q][j] = r[q][j];
-  }
-  // micro() over a list of taps in one sweep, the accumulators in registers throughout: tap k's pixel q
-  // folds n values from base[k] + off[q] against w[k] (every listed tap reaches every pixel).
+  // micro() over a list of taps (or filter rows) in one sweep, the accumulators in registers throughout:
+  // tap k's pixel q folds n values from base[k] + off[q] against w[k]; a null base[k] is a run of padded
+  // taps, folded as one fma with its run weight w[k] (numerics.h, PaddedRun).
   template <int NP, int NW>
   static inline __attribute__((always_inline)) void micro_taps(Vec (&acc)[NP][NW], const T* const* base,
                                                                const T* const* w, const i64 (&off)[NP], i64 taps,
@@ -259,6 +235,13 @@ struct KernelBase {
     for (int q = 0; q < NP; ++q)
       for (int j = 0; j < NW; ++j) r[q][j] = acc[q][j];
     for (i64 k = 0; k < taps; ++k) {
+      if (!base[k]) {
+        for (int j = 0; j < NW; ++j) {
+          const Vec wv = V::load(w[k] + j * kLanes);
+          for (int q = 0; q < NP; ++q) r[q][j] = V::fma(V::zero(), wv, r[q][j]);
+        }
+        continue;
+      }
       const T* xp[NP];
       for (int q = 0; q < NP; ++q) xp[q] = base[k] + off[q];
       micro_regs<NP, NW>(r, xp, w[k], n);
@@ -382,7 +365,6 @@ struct KernelBase {
   using Base::micro;                      \
   using Base::micro_mem;                  \
   using Base::micro_range;                \
-  using Base::micro_rows;                 \
   using Base::micro_taps;                 \
   using typename Base::InnerCounter;      \
   using Base::repeat_channels;            \
