@@ -206,17 +206,18 @@ struct FpropKernels : KernelBase<V> {
               return;
             }
             wrg = wrow.data() + (g * nb + b) * p.KH * BF;
-            // With one group and no width dilation, the (kw, i) part of the fold
-            // walks one contiguous run of KW*C input values; where the run lies
-            // inside the row for all NB outputs, fold it in one sweep.
+            // With one group and no width dilation, the (kw, i) part of each filter
+            // row's fold walks one contiguous run of KW*C input values; where the
+            // runs lie inside the row for all NB outputs, all KH rows fold in one
+            // sweep with the accumulators in registers throughout (one process,
+            // batch 8, two threads, against one call per row: C3D block forward
+            // AVX-512 93.2 -> 92.5 ms, AVX2 97.3 -> 96.0; 3x3 2-D layers mostly
+            // 0.5-1.5% faster).
             const bool run = p.G == 1 && p.dw == 1 && ow0 + NB <= p.OW && fprop_in_col(p, ow0, 0) >= 0 &&
                              fprop_in_col(p, ow0 + NB - 1, p.KW - 1) < p.W;
             Vec acc[NB][NW];
             for (int q = 0; q < NB; ++q)
               for (int j = 0; j < NW; ++j) acc[q][j] = V::zero();
-            // Where every row runs, all KH rows in one sweep with the accumulators in registers
-            // (one process, batch 8, two threads: C3D block forward AVX-512 93.2 -> 92.5 ms, AVX2
-            // 97.3 -> 96.0; 3x3 2-D layers mostly 0.5-1.5% faster).
             if (run) {
               i64 off[NB];
               for (int q = 0; q < NB; ++q) off[q] = fprop_in_col(p, ow0 + q, 0) * p.C;
@@ -227,18 +228,11 @@ struct FpropKernels : KernelBase<V> {
               return;
             }
             for (i64 kh = 0; kh < p.KH; ++kh) {
-              const i64 ih = fprop_in_row(p, oh, kh);
               if (!row_in(kh)) {  // a padded row's (kw, i) in one fma
                 for (int j = 0; j < NW; ++j) {
                   const Vec wv = V::load(wrg + kh * BF + j * kLanes);
                   for (int q = 0; q < NB; ++q) acc[q][j] = V::fma(V::zero(), wv, acc[q][j]);
                 }
-                continue;
-              }
-              if (run) {
-                const T* xp[NB];
-                for (int q = 0; q < NB; ++q) xp[q] = x.row(n * p.H + ih) + fprop_in_col(p, ow0 + q, 0) * p.C;
-                Base::template micro<NB, NW>(acc, xp, wg + kh * p.KW * p.Cg * BF, p.KW * p.Cg);
                 continue;
               }
               for (i64 kw = 0; kw < p.KW; ++kw) {
