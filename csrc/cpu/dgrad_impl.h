@@ -95,10 +95,9 @@ struct DgradKernels : KernelBase<V> {
     // 7x7 2048->512: 11.6 vs 12.9 ms).
     const bool rows_inner = taps > 1 && p.filter_elems() * i64(sizeof(T)) > (i64(1) << 20) &&
                             taps * cog * BW > p.KD * p.KH * p.OW * p.Co;
-    // Large outputs stream (Base::streamable; with depth, its stride vector-aligned too). In one process,
-    // batch 8, two threads, AVX-512: 1x1 14x14 1024->256 5.04 -> 4.60 ms, 3x3 56x56x64 9.93 -> 9.57; C3D
-    // 3x3x3 block 98.0 -> 96.7 (AVX2 102.0 -> 101.3).
-    const bool stream = (p.D == 1 || dx.s.d % kLanes == 0) && Base::streamable(dx, p.x_elems());
+    // Large outputs stream (Base::streamable). In one process, batch 8, two threads, AVX-512: 1x1 14x14
+    // 1024->256 5.04 -> 4.60 ms, 3x3 56x56x64 9.93 -> 9.57; C3D 3x3x3 block 98.0 -> 96.7 (AVX2 102.0 -> 101.3).
+    const bool stream = Base::streamable(dx, p.x_elems());
     ex.parallel_for(units, taps * cog * BW * NP, [&](i64 u0, i64 u1) {
       FpEnv guard;
       std::vector<TapCols> cols(p.KW);
@@ -167,11 +166,14 @@ struct DgradKernels : KernelBase<V> {
               if (oh < 0) continue;
               const T* row = dy.row((n * p.OD + od) * p.OH + oh) + g * cog;
               const T* wrow = wt.data() + ((g * nb + b) * taps + (kd * p.KH + kh) * p.KW) * cog * BW;
-              for (i64 kw = 0; kw < p.KW && all; ++kw, ++listed) {
-                tap_x[listed] = row + cols[kw].ow0 * p.Co;
-                tap_w[listed] = wrow + kw * cog * BW;
+              if (all) {
+                for (i64 kw = 0; kw < p.KW; ++kw, ++listed) {
+                  tap_x[listed] = row + cols[kw].ow0 * p.Co;
+                  tap_w[listed] = wrow + kw * cog * BW;
+                }
+                continue;
               }
-              for (i64 kw = 0; kw < p.KW && !all; ++kw) {
+              for (i64 kw = 0; kw < p.KW; ++kw) {
                 const TapCols& tc = cols[kw];
                 if (!tc.any) continue;
                 const T* dp[NB];

@@ -70,7 +70,7 @@ struct FpropKernels : KernelBase<V> {
     // registers, 3x3 7x7x512 (590 KiB per block) 0.49 -> 0.58 with the tile.
     const i64 owb = ceil_div(p.OW, NP);
     const typename Base::template RowBlocks<NP, NMIN> blocks(p.OW);
-    const bool tap_outer = p.Cg >= 16 && p.KH * p.KW > 1 && taps * BF * i64(sizeof(T)) > Base::kFilterL2Bytes;
+    const bool tap_outer = p.Cg >= 16 && p.KH * p.KW > 1 && !Base::filter_block_in_l2(taps, BF);
     // Consecutive units share the input rows of one output row (channel blocks
     // innermost) or, when the filter outgrows the cache and a channel block's
     // share of it outweighs the rows, one channel block's filter (rows
@@ -123,12 +123,11 @@ struct FpropKernels : KernelBase<V> {
         // Input pixels tap (kh, kw) meets for outputs ow0..ow0+NP-1 (+0 in padding).
         const T* wrg = wrow.data() + (g * nb + b) * p.KH * BF;
         const T* wtg = wtap.data() + (g * nb + b) * khw * BF;
-        // Row kh of this output row holds input (false: all padding, +0).
-        auto row_in = [&](i64 kh) {
+        // Input row kh of this output row (null: all padding, +0).
+        for (i64 kh = 0; kh < p.KH; ++kh) {
           const i64 ih = fprop_in_row(p, oh, kh);
-          return ih >= 0 && ih < p.H && !x.padded(n * p.H + ih);
-        };
-        for (i64 kh = 0; kh < p.KH; ++kh) in_rows[kh] = row_in(kh) ? x.row(n * p.H + fprop_in_row(p, oh, kh)) : nullptr;
+          in_rows[kh] = ih >= 0 && ih < p.H && !x.padded(n * p.H + ih) ? x.row(n * p.H + ih) : nullptr;
+        }
         auto tap = [&](i64 ow0, i64 kh, i64 kw, auto& xp) {
           constexpr int NB = std::extent<std::remove_reference_t<decltype(xp)>>::value;
           const i64 ih = fprop_in_row(p, oh, kh);
@@ -163,7 +162,7 @@ struct FpropKernels : KernelBase<V> {
         if (tap_outer) {
           std::fill(tile.begin(), tile.end(), T(0));
           for (i64 kh = 0; kh < p.KH; ++kh) {
-            if (!row_in(kh)) {
+            if (!in_rows[kh]) {
               padded_run(0, p.OW, wrg + kh * BF);
               continue;
             }
@@ -228,11 +227,8 @@ struct FpropKernels : KernelBase<V> {
               return;
             }
             for (i64 kh = 0; kh < p.KH; ++kh) {
-              if (!row_in(kh)) {  // a padded row's (kw, i) in one fma
-                for (int j = 0; j < NW; ++j) {
-                  const Vec wv = V::load(wrg + kh * BF + j * kLanes);
-                  for (int q = 0; q < NB; ++q) acc[q][j] = V::fma(V::zero(), wv, acc[q][j]);
-                }
+              if (!in_rows[kh]) {  // a padded row's (kw, i) in one fma
+                Base::fold_padded_run(acc, wrg + kh * BF);
                 continue;
               }
               for (i64 kw = 0; kw < p.KW; ++kw) {
@@ -277,11 +273,11 @@ struct FpropKernels : KernelBase<V> {
               const i64 iw0 = fprop_in_col(p, ow, 0);
               const bool inside = p.G == 1 && p.dw == 1 && iw0 >= 0 && fprop_in_col(p, ow, p.KW - 1) < p.W;
               for (i64 kh = 0; kh < p.KH; ++kh, dst += run) {
-                if (!row_in(kh)) {
+                if (!in_rows[kh]) {
                   copy(dst, nullptr, run);
                   continue;
                 }
-                const T* src = x.row(n * p.H + fprop_in_row(p, oh, kh)) + g * p.Cg;
+                const T* src = in_rows[kh] + g * p.Cg;
                 if (inside) {
                   copy(dst, src + iw0 * p.C, run);
                   continue;
@@ -576,7 +572,7 @@ struct FpropKernels : KernelBase<V> {
       //   28x28x128 9.09 -> 8.82, 14x14x256 8.91 -> 8.67, 7x7x512 11.03 -> 8.85, 112x112 19.25 -> 18.80.
       if constexpr (Base::kWideFwd) {  // (ISAs without the tile never instantiate it)
         constexpr int NP = Base::WideTile::kFwd[0], NW = Base::WideTile::kFwd[1];
-        if (p.KH * p.KW * p.Cg * NW * kLanes * i64(sizeof(T)) <= Base::kFilterL2Bytes)
+        if (Base::filter_block_in_l2(p.KH * p.KW * p.Cg, NW * kLanes))
           fprop_dense<NP, NW>(p, x, f, bias, y, ex);
         else
           fprop_dense<Base::WideTile::kFwdPastL2, NW>(p, x, f, bias, y, ex);

@@ -59,6 +59,9 @@ struct KernelBase {
   // Packed filters past this many bytes no longer stream well from L2 (per channel block: the forward
   // pass's memory tile; a whole 1x1 filter: its GEMM path).
   static constexpr i64 kFilterL2Bytes = i64(512) << 10;
+  static constexpr bool filter_block_in_l2(i64 taps, i64 channels) {
+    return taps * channels * i64(sizeof(T)) <= kFilterL2Bytes;
+  }
   // Dense forward folds whose (kw, i) runs are shorter than kPatchRun values gather each pixel block's
   // taps first (fprop_dense), on AVX2 only: its 6x2 block folds a 21-value run in ~130 cycles, so a call's
   // fixed costs weigh; AVX-512's 8x2 block takes ~340 and measured -1% to +2% (stem 7x7/2 224, four runs).
@@ -89,7 +92,7 @@ struct KernelBase {
     return p.KH == 1 && p.KW == 1 && p.sh == 1 && p.sw == 1 && p.pt == 0 && p.pl == 0 && p.OH == p.H && p.OW == p.W;
   }
 
-  // Whether out can take whole-vector non-temporal stores at every (n, h, w) pixel and every channel
+  // Whether out can take whole-vector non-temporal stores at every (n, d, h, w) pixel and every channel
   // offset that is a multiple of kLanes: its own accumulator type (or 16-bit values rounded from
   // float lanes), channels contiguous, and the base and pixel strides vector-aligned. Worth it once
   // out is larger than the cache it would otherwise pass through (write-allocate reads each line
@@ -106,7 +109,7 @@ struct KernelBase {
     const bool half = sizeof(T) == 4 && (out.dtype == DType::kFloat16 || out.dtype == DType::kBFloat16);
     const i64 bytes = native ? i64(sizeof(T)) : 2;  // per element of out
     return (native || half) && out.s.c == 1 && reinterpret_cast<std::uintptr_t>(out.base) % (a * bytes) == 0 &&
-           out.s.w % a == 0 && out.s.h % a == 0 && out.s.n % a == 0 && elems * bytes >= kStreamBytes;
+           out.s.w % a == 0 && out.s.h % a == 0 && out.s.d % a == 0 && out.s.n % a == 0 && elems * bytes >= kStreamBytes;
   }
   // One vector of float lanes rounded to out's 16-bit type (float16 or bfloat16) at dst.
   static void store16(const OutSpec& out, std::uint16_t* dst, Vec v) {
@@ -224,6 +227,15 @@ struct KernelBase {
     for (int q = 0; q < NP; ++q)
       for (int j = 0; j < NW; ++j) acc[q][j] = r[q][j];
   }
+  // A run of padded taps folded into every pixel's accumulators as one fma with the run's weight w
+  // (NW vectors; numerics.h, PaddedRun).
+  template <int NP, int NW>
+  static inline __attribute__((always_inline)) void fold_padded_run(Vec (&acc)[NP][NW], const T* w) {
+    for (int j = 0; j < NW; ++j) {
+      const Vec wv = V::load(w + j * kLanes);
+      for (int q = 0; q < NP; ++q) acc[q][j] = V::fma(V::zero(), wv, acc[q][j]);
+    }
+  }
   // micro() over a list of taps (or filter rows) in one sweep, the accumulators in registers throughout:
   // tap k's pixel q folds n values from base[k] + off[q] against w[k]; a null base[k] is a run of padded
   // taps, folded as one fma with its run weight w[k] (numerics.h, PaddedRun).
@@ -236,10 +248,7 @@ struct KernelBase {
       for (int j = 0; j < NW; ++j) r[q][j] = acc[q][j];
     for (i64 k = 0; k < taps; ++k) {
       if (!base[k]) {
-        for (int j = 0; j < NW; ++j) {
-          const Vec wv = V::load(w[k] + j * kLanes);
-          for (int q = 0; q < NP; ++q) r[q][j] = V::fma(V::zero(), wv, r[q][j]);
-        }
+        fold_padded_run(r, w[k]);
         continue;
       }
       const T* xp[NP];
@@ -366,6 +375,7 @@ struct KernelBase {
   using Base::micro_mem;                  \
   using Base::micro_range;                \
   using Base::micro_taps;                 \
+  using Base::fold_padded_run;            \
   using typename Base::InnerCounter;      \
   using Base::repeat_channels;            \
   using Base::rows_of;                    \
