@@ -108,6 +108,22 @@ def test_batch_split_and_crop_invariance():
     assert_bits_equal(crop, valid[:, 1:3, 2:5, 1:4], "crop")
 
 
+def test_large_input_gradient_streamed():
+    # A 3-D input gradient of 4 MiB or more leaves through non-temporal stores (Base::streamable); each
+    # image alone (2 MiB) through plain ones, which the reference tests check: same bits, every ISA path.
+    r = np.random.default_rng(6)
+    x_shape = (2, 8, 64, 64, 16)
+    f = rand(r, (3, 3, 3, 16, 8), "float32", 1.0 / 8)
+    dy = rand(r, x_shape[:-1] + (8,), "float32")
+    assert np.prod(x_shape) * 4 >= 4 << 20 > np.prod(x_shape[1:]) * 4
+    for isa in detconv.cpu_isa(supported=True):
+        with on_cpu_isa(detconv, isa):
+            full = detconv.conv3d_backprop_input(x_shape, f, dy, 1, "SAME").numpy()
+            for n in range(2):
+                alone = detconv.conv3d_backprop_input((1,) + x_shape[1:], f, dy[n:n + 1], 1, "SAME").numpy()
+                assert_bits_equal(alone, full[n:n + 1], f"{isa} image {n}")
+
+
 _THREAD_SCRIPT = r"""
 import hashlib, sys
 import numpy as np, tensorflow as tf
