@@ -17,7 +17,7 @@
 
 // Tile shapes an ISA names for wide groups (V::Wide: {pixels or input
 // channels, vectors} per pass, {0, 0} for none; only the float32 paths name
-// any: AVX-512 for every pass, AVX2 for the forward).
+// any: AVX-512 for every pass, AVX2 for the forward and the input gradient).
 template <class V, class = void>
 struct WideTiles {
   struct None { static constexpr int kFwd[2] = {0, 0}, kFwdPastL2 = 0, kDw[2] = {0, 0}, kDx[2] = {0, 0}; };
@@ -236,13 +236,44 @@ struct KernelBase {
       for (int q = 0; q < NP; ++q) acc[q][j] = V::fma(V::zero(), wv, acc[q][j]);
     }
   }
+  // The pixels [lo, hi) of a block that one tap of a sweep reaches: all of them, or a prefix or a suffix
+  // (a tap at a row's edge).
+  struct TapSpan {
+    int lo, hi;
+  };
+  // micro_regs on the pixels of span [LO, NP) or [0, NP - LO) that equals [lo, hi) (none: a span of
+  // another shape, which no sweep lists), the others' accumulators untouched. b is pixel lo's data,
+  // pixel q's at b + off[q] - off[lo]. Spans are compile-time, so r stays in registers.
+  template <int NP, int NW, int LO = 1>
+  static inline __attribute__((always_inline)) void micro_edge(Vec (&r)[NP][NW], const T* b, const i64 (&off)[NP],
+                                                               int lo, int hi, const T* w, i64 n) {
+    if constexpr (LO < NP) {
+      auto fold = [&](auto first_c, auto end_c) __attribute__((always_inline)) {
+        constexpr int F = decltype(first_c)::value, K = decltype(end_c)::value - F;
+        Vec a[K][NW];
+        const T* xs[K];
+        for (int q = 0; q < K; ++q) {
+          xs[q] = b + (off[F + q] - off[F]);
+          for (int j = 0; j < NW; ++j) a[q][j] = r[F + q][j];
+        }
+        micro_regs<K, NW>(a, xs, w, n);
+        for (int q = 0; q < K; ++q)
+          for (int j = 0; j < NW; ++j) r[F + q][j] = a[q][j];
+      };
+      if (lo == LO && hi == NP) fold(std::integral_constant<int, LO>{}, std::integral_constant<int, NP>{});
+      else if (lo == 0 && hi == NP - LO) fold(std::integral_constant<int, 0>{}, std::integral_constant<int, NP - LO>{});
+      else micro_edge<NP, NW, LO + 1>(r, b, off, lo, hi, w, n);
+    }
+  }
   // micro() over a list of taps (or filter rows) in one sweep, the accumulators in registers throughout:
   // tap k's pixel q folds n values from base[k] + off[q] against w[k]; a null base[k] is a run of padded
-  // taps, folded as one fma with its run weight w[k] (numerics.h, PaddedRun).
+  // taps, folded as one fma with its run weight w[k] (numerics.h, PaddedRun). With spans, tap k folds
+  // pixels [span[k].lo, span[k].hi) only (a whole block, a prefix or a suffix: micro_edge), base[k] then
+  // being pixel lo's data.
   template <int NP, int NW>
   static inline __attribute__((always_inline)) void micro_taps(Vec (&acc)[NP][NW], const T* const* base,
                                                                const T* const* w, const i64 (&off)[NP], i64 taps,
-                                                               i64 n) {
+                                                               i64 n, const TapSpan* span = nullptr) {
     Vec r[NP][NW];
     for (int q = 0; q < NP; ++q)
       for (int j = 0; j < NW; ++j) r[q][j] = acc[q][j];
@@ -251,12 +282,25 @@ struct KernelBase {
         fold_padded_run(r, w[k]);
         continue;
       }
+      if (span && (span[k].lo > 0 || span[k].hi < NP)) {
+        micro_edge<NP, NW>(r, base[k], off, span[k].lo, span[k].hi, w[k], n);
+        continue;
+      }
       const T* xp[NP];
       for (int q = 0; q < NP; ++q) xp[q] = base[k] + off[q];
       micro_regs<NP, NW>(r, xp, w[k], n);
     }
     for (int q = 0; q < NP; ++q)
       for (int j = 0; j < NW; ++j) acc[q][j] = r[q][j];
+  }
+  // micro_taps as a function of its own, for callers whose loops around it are large (the input
+  // gradient's block): inlined there, GCC 12 ran out of registers and reloaded the 6x2 loop's pixel
+  // offsets from the stack every iteration (AVX2 C3D block dx 102.8 ms out of line, 105.8 inlined). One
+  // call per block of ~10^4 fmas. The forward's sweep stays inlined (measured even or slower out of line).
+  template <int NP, int NW>
+  static __attribute__((noinline)) void sweep_taps(Vec (&acc)[NP][NW], const T* const* base, const T* const* w,
+                                                   const i64 (&off)[NP], i64 taps, i64 n, const TapSpan* span) {
+    micro_taps<NP, NW>(acc, base, w, off, taps, n, span);
   }
   // micro() on pixels [lo, hi) only; the others' accumulators keep their
   // bits. One instantiation per span, so no pixel pays a masked fma (AVX2 3x3
@@ -375,6 +419,7 @@ struct KernelBase {
   using Base::micro_mem;                  \
   using Base::micro_range;                \
   using Base::micro_taps;                 \
+  using typename Base::TapSpan;           \
   using Base::fold_padded_run;            \
   using typename Base::InnerCounter;      \
   using Base::repeat_channels;            \
