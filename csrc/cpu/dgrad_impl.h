@@ -177,7 +177,7 @@ struct DgradKernels : KernelBase<V> {
                   if (!tc.any) continue;
                   tap_x[listed] = row + (tc.ow0 + tc.lo) * p.Co;  // pixel lo's dy column
                   tap_w[listed] = wrow + kw * cog * BW;
-                  tap_span[listed++] = TapSpan{tc.lo, tc.hi};
+                  tap_span[listed++] = TapSpan{tc.lo, tc.hi, nullptr};
                 }
                 continue;
               }

@@ -107,6 +107,8 @@ struct FpropKernels : KernelBase<V> {
       std::vector<T> tile(tap_outer ? (owb + 1) * NP * BF : 0);
       std::vector<T> patch(patches ? NP * taps + kPad : 0, T(0));  // one pixel block's
       std::vector<const T*> in_rows(p.KH), row_w(p.KH);  // this output row's input rows (null: padding)
+      std::vector<const T*> tap_x(khw), tap_w(khw);  // an edge block's sweep
+      std::vector<TapSpan> tap_span(khw);
       for (i64 u = u0; u < u1; ++u) {
         i64 rem = u, b, g, oh, n;
         if (rows_inner) {
@@ -223,6 +225,41 @@ struct FpropKernels : KernelBase<V> {
               for (i64 kh = 0; kh < p.KH; ++kh)  // a padded row: its run weight
                 row_w[kh] = in_rows[kh] ? wg + kh * p.KW * p.Cg * BF : wrg + kh * BF;
               Base::template micro_taps<NB, NW>(acc, in_rows.data(), row_w.data(), off, p.KH, p.KW * p.Cg);
+              emit(ow0, acc);
+              return;
+            }
+            // Where each tap reaches all pixels, a prefix or a suffix of them, or none (a row's first and
+            // last blocks; every block of grouped or width-dilated filters), the taps fold in one sweep
+            // (Base::sweep_taps), each pixel outside a tap's span taking its padded run's one fma as below.
+            // One process, batch 8, two threads, ms, against the tap-by-tap loop below, AVX-512 / AVX2:
+            // C3D block 96.6 -> 94.3 / 97.8 -> 97.3; stem 7x7/2 224 12.22 -> 11.09 / even (patches);
+            // 3x3 7x7x512 8.79 -> 8.58 / 9.33 -> 9.13; other 3x3 layers 0-2%; 3x3 28x28 128->128 in 4
+            // groups 4.06 -> 3.65 / 5.22 -> 4.91; 3x3 dilation 2 56x56x64 even.
+            bool edge_sweep = true;
+            for (i64 kw = 0; kw < p.KW && edge_sweep; ++kw) {
+              const int lo = int(std::clamp<i64>(fprop_first_out(p, kw) - ow0, 0, NB));
+              const int hi = int(std::clamp<i64>(std::min(p.OW, fprop_end_out(p, kw)) - ow0, lo, NB));
+              edge_sweep = lo == 0 || hi == NB || lo == hi;
+            }
+            if (edge_sweep) {
+              i64 listed = 0, off[NB];
+              for (int q = 0; q < NB; ++q) off[q] = q * p.sw * p.C;
+              for (i64 kh = 0; kh < p.KH; ++kh) {
+                if (!in_rows[kh]) {  // a padded row's (kw, i) in one fma
+                  tap_x[listed] = nullptr;
+                  tap_w[listed++] = wrg + kh * BF;
+                  continue;
+                }
+                for (i64 kw = 0; kw < p.KW; ++kw, ++listed) {
+                  const int lo = int(std::clamp<i64>(fprop_first_out(p, kw) - ow0, 0, NB));
+                  const int hi = int(std::clamp<i64>(std::min(p.OW, fprop_end_out(p, kw)) - ow0, lo, NB));
+                  const T* wpad = wtap.data() + ((g * nb + b) * khw + kh * p.KW + kw) * BF;
+                  tap_x[listed] = lo < hi ? in_rows[kh] + fprop_in_col(p, ow0 + lo, kw) * p.C + g * p.Cg : nullptr;
+                  tap_w[listed] = lo < hi ? wg + (kh * p.KW + kw) * p.Cg * BF : wpad;
+                  tap_span[listed] = TapSpan{lo, hi, wpad};
+                }
+              }
+              Base::template sweep_taps<NB, NW>(acc, tap_x.data(), tap_w.data(), off, listed, p.Cg, tap_span.data());
               emit(ow0, acc);
               return;
             }

@@ -237,16 +237,18 @@ struct KernelBase {
     }
   }
   // The pixels [lo, hi) of a block that one tap of a sweep reaches: all of them, or a prefix or a suffix
-  // (a tap at a row's edge).
+  // (a tap at a row's edge). The others keep their bits (pad null: the input gradient skips such taps)
+  // or take the tap's padded run as one fma with weight pad (the forward pass).
   struct TapSpan {
     int lo, hi;
+    const T* pad;
   };
   // micro_regs on the pixels of span [LO, NP) or [0, NP - LO) that equals [lo, hi) (none: a span of
-  // another shape, which no sweep lists), the others' accumulators untouched. b is pixel lo's data,
-  // pixel q's at b + off[q] - off[lo]. Spans are compile-time, so r stays in registers.
+  // another shape, which no sweep lists), the others as TapSpan says. b is pixel lo's data, pixel q's at
+  // b + off[q] - off[lo]. Spans are compile-time, so r stays in registers.
   template <int NP, int NW, int LO = 1>
   static inline __attribute__((always_inline)) void micro_edge(Vec (&r)[NP][NW], const T* b, const i64 (&off)[NP],
-                                                               int lo, int hi, const T* w, i64 n) {
+                                                               int lo, int hi, const T* pad, const T* w, i64 n) {
     if constexpr (LO < NP) {
       auto fold = [&](auto first_c, auto end_c) __attribute__((always_inline)) {
         constexpr int F = decltype(first_c)::value, K = decltype(end_c)::value - F;
@@ -259,17 +261,23 @@ struct KernelBase {
         micro_regs<K, NW>(a, xs, w, n);
         for (int q = 0; q < K; ++q)
           for (int j = 0; j < NW; ++j) r[F + q][j] = a[q][j];
+        if (pad)
+          for (int j = 0; j < NW; ++j) {
+            const Vec wv = V::load(pad + j * kLanes);
+            for (int q = 0; q < NP; ++q)
+              if (q < F || q >= F + K) r[q][j] = V::fma(V::zero(), wv, r[q][j]);
+          }
       };
       if (lo == LO && hi == NP) fold(std::integral_constant<int, LO>{}, std::integral_constant<int, NP>{});
       else if (lo == 0 && hi == NP - LO) fold(std::integral_constant<int, 0>{}, std::integral_constant<int, NP - LO>{});
-      else micro_edge<NP, NW, LO + 1>(r, b, off, lo, hi, w, n);
+      else micro_edge<NP, NW, LO + 1>(r, b, off, lo, hi, pad, w, n);
     }
   }
   // micro() over a list of taps (or filter rows) in one sweep, the accumulators in registers throughout:
   // tap k's pixel q folds n values from base[k] + off[q] against w[k]; a null base[k] is a run of padded
   // taps, folded as one fma with its run weight w[k] (numerics.h, PaddedRun). With spans, tap k folds
-  // pixels [span[k].lo, span[k].hi) only (a whole block, a prefix or a suffix: micro_edge), base[k] then
-  // being pixel lo's data.
+  // pixels [span[k].lo, span[k].hi) (a whole block, a prefix or a suffix: micro_edge; the others as
+  // TapSpan says), base[k] then being pixel lo's data.
   template <int NP, int NW>
   static inline __attribute__((always_inline)) void micro_taps(Vec (&acc)[NP][NW], const T* const* base,
                                                                const T* const* w, const i64 (&off)[NP], i64 taps,
@@ -283,7 +291,7 @@ struct KernelBase {
         continue;
       }
       if (span && (span[k].lo > 0 || span[k].hi < NP)) {
-        micro_edge<NP, NW>(r, base[k], off, span[k].lo, span[k].hi, w[k], n);
+        micro_edge<NP, NW>(r, base[k], off, span[k].lo, span[k].hi, span[k].pad, w[k], n);
         continue;
       }
       const T* xp[NP];
@@ -294,9 +302,10 @@ struct KernelBase {
       for (int j = 0; j < NW; ++j) acc[q][j] = r[q][j];
   }
   // micro_taps as a function of its own, for callers whose loops around it are large (the input
-  // gradient's block): inlined there, GCC 12 ran out of registers and reloaded the 6x2 loop's pixel
-  // offsets from the stack every iteration (AVX2 C3D block dx 102.8 ms out of line, 105.8 inlined). One
-  // call per block of ~10^4 fmas. The forward's sweep stays inlined (measured even or slower out of line).
+  // gradient's blocks, the forward's edge blocks): inlined there, GCC 12 ran out of registers and
+  // reloaded the 6x2 loop's pixel offsets from the stack every iteration (AVX2 C3D block dx 102.8 ms out
+  // of line, 105.8 inlined). One call per block of ~10^3-10^4 fmas. The forward's interior sweep stays
+  // inlined (measured even or slower out of line).
   template <int NP, int NW>
   static __attribute__((noinline)) void sweep_taps(Vec (&acc)[NP][NW], const T* const* base, const T* const* w,
                                                    const i64 (&off)[NP], i64 taps, i64 n, const TapSpan* span) {
