@@ -645,7 +645,8 @@ struct DgradKernels : KernelBase<V> {
     }
     // Measured (AVX-512): PD 8 vs PW 6, dx geomean 0.71 -> 0.83 of oneDNN; rows of 7, 14 or 28 in whole blocks of 7.
     // The wide tile where it wastes less at the row's end than PD blocks; AVX2's rows end in narrower
-    // blocks instead (tail blocks: no waste; measured 3x3 14x14x256, 3x4 tile against them: 8.89 vs 8.64 ms).
+    // blocks instead (tail blocks: no waste; 3x3 14x14x256 in one process, 3x4 tile against them: 9.25 vs
+    // 8.89 ms and 8.94 vs 8.64).
     if (Base::sevens(p.W, Base::PD) && p.sw == 1) dgrad_dense<7>(p, dy, f, dx, ex);
     else if (Base::PG == Base::PD && wide_dx(p) && ceil_div(p.W, DXP) * DXP - p.W < ceil_div(p.W, Base::PD) * Base::PD - p.W)
       dgrad_dense<DXP, DXW>(p, dy, f, dx, ex);

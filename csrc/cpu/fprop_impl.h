@@ -234,7 +234,7 @@ struct FpropKernels : KernelBase<V> {
             // One process, batch 8, two threads, ms, against the tap-by-tap loop below, AVX-512 / AVX2:
             // C3D block 96.6 -> 94.3 / 97.8 -> 97.3; stem 7x7/2 224 12.22 -> 11.09 / even (patches);
             // 3x3 7x7x512 8.79 -> 8.58 / 9.33 -> 9.13; other 3x3 layers 0-2%; 3x3 28x28 128->128 in 4
-            // groups 4.06 -> 3.65 / 5.22 -> 4.91; 3x3 dilation 2 56x56x64 even.
+            // groups 4.06 -> 3.65 / 5.22 -> 4.91; 3x3 dilation 2 56x56x64 8.74 -> 8.79 / 12.20 -> 11.37.
             bool edge_sweep = true;
             for (i64 kw = 0; kw < p.KW && edge_sweep; ++kw) {
               const int lo = int(std::clamp<i64>(fprop_first_out(p, kw) - ow0, 0, NB));
