@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <utility>
 #include <vector>
 #include "detconv/kernels.h"
 #include "detconv/numerics.h"

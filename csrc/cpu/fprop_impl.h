@@ -228,6 +228,13 @@ struct FpropKernels : KernelBase<V> {
               emit(ow0, acc);
               return;
             }
+            // The block's pixels [lo, hi) that meet a column inside the row at tap kw (and come before OW),
+            // and tap (kh, kw)'s padded-run weight.
+            auto reach = [&](i64 kw) {
+              const int lo = int(std::clamp<i64>(fprop_first_out(p, kw) - ow0, 0, NB));
+              return std::pair<int, int>(lo, int(std::clamp<i64>(std::min(p.OW, fprop_end_out(p, kw)) - ow0, lo, NB)));
+            };
+            auto run_weight = [&](i64 kh, i64 kw) { return wtap.data() + ((g * nb + b) * khw + kh * p.KW + kw) * BF; };
             // Where each tap reaches all pixels, a prefix or a suffix of them, or none (a row's first and
             // last blocks; every block of grouped or width-dilated filters), the taps fold in one sweep
             // (Base::sweep_taps), each pixel outside a tap's span taking its padded run's one fma as below.
@@ -237,8 +244,7 @@ struct FpropKernels : KernelBase<V> {
             // groups 4.06 -> 3.65 / 5.22 -> 4.91; 3x3 dilation 2 56x56x64 8.74 -> 8.79 / 12.20 -> 11.37.
             bool edge_sweep = true;
             for (i64 kw = 0; kw < p.KW && edge_sweep; ++kw) {
-              const int lo = int(std::clamp<i64>(fprop_first_out(p, kw) - ow0, 0, NB));
-              const int hi = int(std::clamp<i64>(std::min(p.OW, fprop_end_out(p, kw)) - ow0, lo, NB));
+              const auto [lo, hi] = reach(kw);
               edge_sweep = lo == 0 || hi == NB || lo == hi;
             }
             if (edge_sweep) {
@@ -251,9 +257,8 @@ struct FpropKernels : KernelBase<V> {
                   continue;
                 }
                 for (i64 kw = 0; kw < p.KW; ++kw, ++listed) {
-                  const int lo = int(std::clamp<i64>(fprop_first_out(p, kw) - ow0, 0, NB));
-                  const int hi = int(std::clamp<i64>(std::min(p.OW, fprop_end_out(p, kw)) - ow0, lo, NB));
-                  const T* wpad = wtap.data() + ((g * nb + b) * khw + kh * p.KW + kw) * BF;
+                  const auto [lo, hi] = reach(kw);
+                  const T* wpad = run_weight(kh, kw);
                   tap_x[listed] = lo < hi ? in_rows[kh] + fprop_in_col(p, ow0 + lo, kw) * p.C + g * p.Cg : nullptr;
                   tap_w[listed] = lo < hi ? wg + (kh * p.KW + kw) * p.Cg * BF : wpad;
                   tap_span[listed] = TapSpan{lo, hi, wpad};
@@ -279,14 +284,13 @@ struct FpropKernels : KernelBase<V> {
                 // 8.94 -> 8.58, C3D block 98.0 -> 97.1; AVX-512 3x3 7x7x512 8.75 -> 8.45, the
                 // other 3x3 layers and C3D 0-1%; the stem 7x7/2 AVX2 12.69 -> 12.40, AVX-512
                 // 11.41 -> 11.58 (its 4-pixel spans of a 21-value run).
-                const int lo = int(std::clamp<i64>(fprop_first_out(p, kw) - ow0, 0, NB));
-                const int hi = int(std::clamp<i64>(std::min(p.OW, fprop_end_out(p, kw)) - ow0, lo, NB));
+                const auto [lo, hi] = reach(kw);
                 if (lo == 0 && hi == NB) {
                   Base::template micro<NB, NW>(acc, xp, wt, p.Cg);
                   continue;
                 }
                 if (lo < hi) Base::template micro_range<NB, NW>(acc, xp, lo, hi, wt, p.Cg);
-                const T* wpad = wtap.data() + ((g * nb + b) * khw + kh * p.KW + kw) * BF;
+                const T* wpad = run_weight(kh, kw);
                 const int real = int(std::clamp<i64>(p.OW - ow0, 0, NB));
                 for (int j = 0; j < NW; ++j) {
                   const Vec wv = V::load(wpad + j * kLanes);
