@@ -151,6 +151,7 @@ struct WgradKernels : KernelBase<V> {
   struct TileRows {
     i64 kw[NI], i[NI], off[NI], kw_lo, kw_hi;
     int n = 0;
+    bool contiguous = true;  // off[t] == off[0] + t: a position's NI values are one run of x
     TileRows() = default;
     TileRows(const ConvProblem& p, i64 kw0, i64 bi) {
       const i64 j0 = bi * NI, count = joint ? p.KW * p.Cg : p.Cg;
@@ -160,6 +161,7 @@ struct WgradKernels : KernelBase<V> {
         i[t] = joint ? j % p.Cg : j;
         off[t] = kw[t] * p.dw * p.C + i[t];
         n += j0 + t < count;
+        contiguous = contiguous && off[t] == off[0] + t;
       }
       kw_lo = kw[0];
       kw_hi = kw[NI - 1];
@@ -184,7 +186,12 @@ struct WgradKernels : KernelBase<V> {
         const i64 c = c0 + e * p.sw;  // column of tap 0
         if (xr && c + rows.kw_lo * p.dw >= 0 && c + rows.kw_hi * p.dw < p.W) {
           const T* src = xr + c * p.C;
-          for (int t = 0; t < NI; ++t) xp[t] = src[rows.off[t]];
+          // A stem's (kw, i) pairs are one run of x: one vector copy instead of NI scalar ones (one process,
+          // batch 8, two threads: stem 7x7/2 224 filter gradient AVX-512 16.25 -> 15.24 ms and 16.10 -> 15.05,
+          // AVX2 17.42 -> 16.27).
+          if (rows.contiguous) std::memcpy(xp, src + rows.off[0], NI * sizeof(T));
+          else
+            for (int t = 0; t < NI; ++t) xp[t] = src[rows.off[t]];
         } else {
           for (int t = 0; t < NI; ++t) {
             const i64 iw = c + rows.kw[t] * p.dw;
