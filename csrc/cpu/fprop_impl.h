@@ -122,22 +122,21 @@ struct FpropKernels : KernelBase<V> {
         }
         const i64 b0 = b, b1 = std::min(nb, b0 + bper);
         const T* wg = wp.data() + (g * nb + b) * taps * BF;
-        // Input pixels tap (kh, kw) meets for outputs ow0..ow0+NP-1 (+0 in padding).
         const T* wrg = wrow.data() + (g * nb + b) * p.KH * BF;
-        const T* wtg = wtap.data() + (g * nb + b) * khw * BF;
+        // Tap (kh, kw)'s padded-run weight for channel block b.
+        auto run_weight = [&](i64 kh, i64 kw) { return wtap.data() + ((g * nb + b) * khw + kh * p.KW + kw) * BF; };
         // Input row kh of this output row (null: all padding, +0).
         for (i64 kh = 0; kh < p.KH; ++kh) {
           const i64 ih = fprop_in_row(p, oh, kh);
           in_rows[kh] = ih >= 0 && ih < p.H && !x.padded(n * p.H + ih) ? x.row(n * p.H + ih) : nullptr;
         }
+        // Input pixels tap (kh, kw) meets for outputs ow0..ow0+NB-1 (+0 in padding).
         auto tap = [&](i64 ow0, i64 kh, i64 kw, auto& xp) {
           constexpr int NB = std::extent<std::remove_reference_t<decltype(xp)>>::value;
-          const i64 ih = fprop_in_row(p, oh, kh);
-          const bool row_in = ih >= 0 && ih < p.H;
           for (int q = 0; q < NB; ++q) {
             const i64 iw = fprop_in_col(p, ow0 + q, kw);
-            xp[q] = (row_in && iw >= 0 && iw < p.W && ow0 + q < p.OW) ? x.row(n * p.H + ih) + iw * p.C + g * p.Cg
-                                                                       : zeros.data();
+            xp[q] = (in_rows[kh] && iw >= 0 && iw < p.W && ow0 + q < p.OW) ? in_rows[kh] + iw * p.C + g * p.Cg
+                                                                          : zeros.data();
           }
         };
         auto emit = [&](i64 ow0, const auto& acc) {
@@ -180,8 +179,8 @@ struct FpropKernels : KernelBase<V> {
                 tap(lo + k * NP, kh, kw, xp);
                 Base::template micro_mem<NP, NW>(tile.data() + (lo + k * NP) * BF, xp, wt, p.Cg);
               }
-              padded_run(0, lo, wtg + (kh * p.KW + kw) * BF);
-              padded_run(std::min(p.OW, lo + nblk * NP), p.OW, wtg + (kh * p.KW + kw) * BF);
+              padded_run(0, lo, run_weight(kh, kw));
+              padded_run(std::min(p.OW, lo + nblk * NP), p.OW, run_weight(kh, kw));
             }
           }
           for (i64 wb = 0; wb < owb; ++wb) {
@@ -228,13 +227,11 @@ struct FpropKernels : KernelBase<V> {
               emit(ow0, acc);
               return;
             }
-            // The block's pixels [lo, hi) that meet a column inside the row at tap kw (and come before OW),
-            // and tap (kh, kw)'s padded-run weight.
+            // The block's pixels [lo, hi) that meet a column inside the row at tap kw (and come before OW).
             auto reach = [&](i64 kw) {
               const int lo = int(std::clamp<i64>(fprop_first_out(p, kw) - ow0, 0, NB));
               return std::pair<int, int>(lo, int(std::clamp<i64>(std::min(p.OW, fprop_end_out(p, kw)) - ow0, lo, NB)));
             };
-            auto run_weight = [&](i64 kh, i64 kw) { return wtap.data() + ((g * nb + b) * khw + kh * p.KW + kw) * BF; };
             // Where each tap reaches all pixels, a prefix or a suffix of them, or none (a row's first and
             // last blocks; every block of grouped or width-dilated filters), the taps fold in one sweep
             // (Base::sweep_taps), each pixel outside a tap's span taking its padded run's one fma as below.
@@ -290,13 +287,7 @@ struct FpropKernels : KernelBase<V> {
                   continue;
                 }
                 if (lo < hi) Base::template micro_range<NB, NW>(acc, xp, lo, hi, wt, p.Cg);
-                const T* wpad = run_weight(kh, kw);
-                const int real = int(std::clamp<i64>(p.OW - ow0, 0, NB));
-                for (int j = 0; j < NW; ++j) {
-                  const Vec wv = V::load(wpad + j * kLanes);
-                  for (int q = 0; q < real; ++q)
-                    if (q < lo || q >= hi) acc[q][j] = V::fma(V::zero(), wv, acc[q][j]);
-                }
+                Base::fold_padded_run(acc, run_weight(kh, kw), lo, hi, int(std::clamp<i64>(p.OW - ow0, 0, NB)));
               }
             }
             emit(ow0, acc);

@@ -227,13 +227,15 @@ struct KernelBase {
     for (int q = 0; q < NP; ++q)
       for (int j = 0; j < NW; ++j) acc[q][j] = r[q][j];
   }
-  // A run of padded taps folded into every pixel's accumulators as one fma with the run's weight w
-  // (NW vectors; numerics.h, PaddedRun).
+  // A run of padded taps folded into the accumulators of pixels q < end outside [lo, hi) (default: every
+  // pixel) as one fma with the run's weight w (NW vectors; numerics.h, PaddedRun).
   template <int NP, int NW>
-  static inline __attribute__((always_inline)) void fold_padded_run(Vec (&acc)[NP][NW], const T* w) {
+  static inline __attribute__((always_inline)) void fold_padded_run(Vec (&acc)[NP][NW], const T* w, int lo = 0,
+                                                                    int hi = 0, int end = NP) {
     for (int j = 0; j < NW; ++j) {
       const Vec wv = V::load(w + j * kLanes);
-      for (int q = 0; q < NP; ++q) acc[q][j] = V::fma(V::zero(), wv, acc[q][j]);
+      for (int q = 0; q < NP; ++q)
+        if (q < end && (q < lo || q >= hi)) acc[q][j] = V::fma(V::zero(), wv, acc[q][j]);
     }
   }
   // The pixels [lo, hi) of a block that one tap of a sweep reaches: all of them, or a prefix or a suffix
@@ -251,22 +253,11 @@ struct KernelBase {
                                                                int lo, int hi, const T* pad, const T* w, i64 n) {
     if constexpr (LO < NP) {
       auto fold = [&](auto first_c, auto end_c) __attribute__((always_inline)) {
-        constexpr int F = decltype(first_c)::value, K = decltype(end_c)::value - F;
-        Vec a[K][NW];
-        const T* xs[K];
-        for (int q = 0; q < K; ++q) {
-          xs[q] = b + (off[F + q] - off[F]);
-          for (int j = 0; j < NW; ++j) a[q][j] = r[F + q][j];
-        }
-        micro_regs<K, NW>(a, xs, w, n);
-        for (int q = 0; q < K; ++q)
-          for (int j = 0; j < NW; ++j) r[F + q][j] = a[q][j];
-        if (pad)
-          for (int j = 0; j < NW; ++j) {
-            const Vec wv = V::load(pad + j * kLanes);
-            for (int q = 0; q < NP; ++q)
-              if (q < F || q >= F + K) r[q][j] = V::fma(V::zero(), wv, r[q][j]);
-          }
+        constexpr int F = decltype(first_c)::value, E = decltype(end_c)::value;
+        const T* xp[NP] = {};  // read for [F, E) only
+        for (int q = F; q < E; ++q) xp[q] = b + (off[q] - off[F]);
+        micro_span<NP, NW, F, E>(r, xp, w, n);
+        if (pad) fold_padded_run(r, pad, F, E);
       };
       if (lo == LO && hi == NP) fold(std::integral_constant<int, LO>{}, std::integral_constant<int, NP>{});
       else if (lo == 0 && hi == NP - LO) fold(std::integral_constant<int, 0>{}, std::integral_constant<int, NP - LO>{});
