@@ -131,6 +131,22 @@ def test_wgrad_many_chunks(rng):
     assert_bits_equal(K.bias_grad(dy), ref.bias_grad(dy), "db")
 
 
+@pytest.mark.parametrize("isa", _isas())
+def test_wgrad_running_sums_and_parts(rng, isa):
+    # R = 1600, F = 3*3*12*20 = 2160: 25 chunks. With t threads the kernels
+    # sum the chunks as they come (one share of the tiles per thread) while
+    # (t-1)*R*(C+Co) <= 2*P*F, i.e. t <= 3, and keep P parts for combine()
+    # past that; Co = 20 leaves a partial vector per tile. Both ways must add
+    # part[0] + part[1] + ... in chunk order.
+    with on_cpu_isa(K, isa):
+        for dtype, accumulation in DTYPES:
+            x, f, b, dy = _operands(rng, (4, 20, 20, 12), (3, 3, 12, 20), 1, 1, "SAME", dtype, accumulation)
+            want = ref.conv2d_backprop_filter(x, dy, f.shape, 1, "SAME", accumulation=accumulation)
+            for t in (1, 2, 8):
+                got = K.conv2d_backprop_filter(x, dy, f.shape, 1, "SAME", accumulation=accumulation, threads=t)
+                assert_bits_equal(got, want, f"{isa} {dtype}/{accumulation} threads={t} dw")
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
 def test_specials_canonical_nan(rng, dtype):
     x, f, b, dy = _operands(rng, (2, 5, 5, 3), (3, 3, 3, 4), 1, 1, "SAME", dtype, None)

@@ -43,6 +43,73 @@ struct WgradKernels : KernelBase<V> {
     });
   }
 
+  // Where a tile's chunk-k fold goes. Parts: its own slot of part k, added
+  // up by combine() afterwards. Running: one F-element sum that each tile
+  // folds its chunks into as it goes, k ascending in one thread, so
+  // s = ((part0 + part1) + part2) + ... exactly as combine() adds them,
+  // without writing P parts to memory and reading them back.
+  struct PartSink {
+    T* base;
+    i64 F;
+    bool running;
+    i64 shares;  // running: tiles split into this many fixed shares
+    void put(i64 k, i64 e, Vec v, i64 n, T* tmp) const {
+      if (!running) {
+        store_lanes(base + k * F + e, v, n, tmp);
+        return;
+      }
+      T* dst = base + e;
+      if (k == 0) {
+        store_lanes(dst, v, n, tmp);
+      } else if (n >= kLanes) {
+        V::store(dst, V::add(V::load(dst), v));
+      } else {  // lanes past n belong to another tile (maybe another thread's): never touched
+        for (i64 l = 0; l < n; ++l) tmp[l] = dst[l];
+        V::store(tmp, V::add(V::load(tmp), v));  // V's add: native float16 rounds it to binary16
+        for (i64 l = 0; l < n; ++l) dst[l] = tmp[l];
+      }
+    }
+  };
+
+  // Runs unit(u0, u1) over the units u = k*tiles + t (chunk k, tile t).
+  // Parts: any split. Running: sink.shares fixed shares of the tiles, each
+  // taken through every chunk in order (a tile's chunks never leave its
+  // thread).
+  template <class Unit>
+  static void for_chunk_tiles(const Chunks& ch, i64 tiles, i64 cost, const PartSink& sink, const CpuExecutor& ex,
+                              Unit&& unit) {
+    if (!sink.running) {
+      ex.parallel_for(ch.P * tiles, cost, unit);
+      return;
+    }
+    const i64 shares = std::max<i64>(1, std::min<i64>(tiles, sink.shares));
+    ex.parallel_for(shares, cost * ch.P * ceil_div(tiles, shares), [&](i64 s0, i64 s1) {
+      const i64 t0 = s0 * tiles / shares, t1 = s1 * tiles / shares;
+      for (i64 k = 0; k < ch.P; ++k) unit(k * tiles + t0, k * tiles + t1);
+    });
+  }
+
+  // Running sums where the parts' round trip through memory (P*F written,
+  // then read by combine) costs more than the extra x and dy reads (every
+  // share but one reads all of them again, mostly from the shared cache),
+  // and over 8 chunks or more: with fewer the fixed shares (no thread can
+  // take over a slow one's tiles) cost what the round trip saves (3x3 7x7
+  // 512->512 and 1x1 7x7 2048->512, 2 and 4 chunks: no gain, medians a few
+  // percent slower).
+  // Every share reads all of a chunk's x and dy rows: two shares per thread
+  // where they stay in the shared cache, so that a thread held up (by the
+  // pool's other work, or the machine's) leaves a share to the others; one
+  // where they do not (1x1 56x56 64->256, 32 MB: 6.5 ms in 2 shares, 8.1 ms
+  // in 4; 3x3 14x14 256->256, 3 MB: medians 12.0 and 9.9 ms, TensorFlow's
+  // ops between calls).
+  static i64 running_shares(const ConvProblem& p, int threads) {
+    return p.R() * (p.C + p.Co) * i64(sizeof(T)) <= (i64(16) << 20) ? 2 * i64(threads) : i64(threads);
+  }
+
+  static bool running_sums(const ConvProblem& p, const Chunks& ch, i64 F, int threads) {
+    return ch.P >= 8 && (threads - 1) * p.R() * (p.C + p.Co) <= 2 * ch.P * F;
+  }
+
   static constexpr i64 kAheadR = 8;  // dy pixels prefetched ahead in dw folds
 
   // A run of n positions whose x is +0 (padding) applies fma(+0, dy, acc) to
@@ -245,17 +312,17 @@ struct WgradKernels : KernelBase<V> {
   // consecutive i of one (kh, kw) tap in registers; the fold runs over r
   // inside one chunk.
   template <int NI, int NW, bool joint = false>
-  static void wgrad_dense(const ConvProblem& p, const Chunks& ch, const Rows<T>& x, const Rows<T>& dy, T* parts,
-                          const CpuExecutor& ex) {
+  static void wgrad_dense(const ConvProblem& p, const Chunks& ch, const Rows<T>& x, const Rows<T>& dy,
+                          const PartSink& parts, const CpuExecutor& ex) {
     constexpr int BW = kLanes * NW;
-    const i64 cog = p.Cog(), nb = ceil_div(cog, BW), F = p.filter_elems();
+    const i64 cog = p.Cog(), nb = ceil_div(cog, BW);
     const i64 kwn = joint ? 1 : p.KW, ib = ceil_div(joint ? p.KW * p.Cg : p.Cg, NI);  // tiles per filter row: kwn * ib
-    const i64 units = ch.P * p.G * nb * p.KH * kwn * ib;
+    const i64 tiles = p.G * nb * p.KH * kwn * ib;
     const bool flat = Base::flat_pixels(p);
     // Packing x costs about one unit's fmas; it pays where many o-blocks share
     // it (and joint tiles need it).
     const bool pack = nb >= 8 || joint;
-    ex.parallel_for(units, ch.L * NI * BW, [&](i64 u0, i64 u1) {
+    for_chunk_tiles(ch, tiles, ch.L * NI * BW, parts, ex, [&](i64 u0, i64 u1) {
       FpEnv guard;
       alignas(64) T tmp[kLanes];
       std::vector<T> xpack(pack ? ch.L * NI : 0);  // this tile's x (b == 0 fills it)
@@ -299,7 +366,7 @@ struct WgradKernels : KernelBase<V> {
             if (t >= (joint ? rows.n : p.Cg - i0)) continue;
             const i64 ol0 = b * BW + j * kLanes;
             const i64 e = joint ? (kh * p.KW + rows.kw[t]) * p.Cg + rows.i[t] : (kh * p.KW + kw) * p.Cg + i0 + t;
-            store_lanes(parts + k * F + e * p.Co + g * cog + ol0, acc[t][j], cog - ol0, tmp);
+            parts.put(k, e * p.Co + g * cog + ol0, acc[t][j], cog - ol0, tmp);
           }
       }
     });
@@ -340,16 +407,15 @@ struct WgradKernels : KernelBase<V> {
   }
 
   // Depthwise-like (Cg == 1): lanes over all output channels, NK taps (kw) of one row.
-  static void wgrad_dw(const ConvProblem& p, const Chunks& ch, const Rows<T>& x, const Rows<T>& dy, T* parts,
-                       const CpuExecutor& ex) {
+  static void wgrad_dw(const ConvProblem& p, const Chunks& ch, const Rows<T>& x, const Rows<T>& dy,
+                       const PartSink& parts, const CpuExecutor& ex) {
     constexpr int NK = PW;  // taps per register tile
-    const i64 cog = p.Cog(), nb = ceil_div(p.Co, BW), kb = ceil_div(p.KW, NK), F = p.filter_elems();
+    const i64 cog = p.Cog(), nb = ceil_div(p.Co, BW), kb = ceil_div(p.KW, NK);
     std::vector<T> xr;
     if (cog > 1) xr = repeat_channels(p, x, cog);
     const Rows<T> xin = cog > 1 ? rows_of(xr, p.N * p.H, p.W * p.Co) : x;
     const std::vector<T> zeros(nb * BW + kPad, T(0));
-    const i64 units = ch.P * nb * p.KH * kb;
-    ex.parallel_for(units, ch.L * NK * BW, [&](i64 u0, i64 u1) {
+    for_chunk_tiles(ch, nb * p.KH * kb, ch.L * NK * BW, parts, ex, [&](i64 u0, i64 u1) {
       FpEnv guard;
       alignas(64) T tmp[kLanes];
       for (i64 u = u0; u < u1; ++u) {
@@ -363,8 +429,7 @@ struct WgradKernels : KernelBase<V> {
         for (int t = 0; t < NK; ++t)
           for (int j = 0; j < NV; ++j) {
             if (kw0 + t >= p.KW) continue;
-            T* dst = parts + k * F + (kh * p.KW + kw0 + t) * p.Co + o0 + j * kLanes;
-            store_lanes(dst, acc[t][j], p.Co - (o0 + j * kLanes), tmp);
+            parts.put(k, (kh * p.KW + kw0 + t) * p.Co + o0 + j * kLanes, acc[t][j], p.Co - (o0 + j * kLanes), tmp);
           }
       }
     });
@@ -432,11 +497,11 @@ struct WgradKernels : KernelBase<V> {
   // ascending, padded columns and rows as +0. S: x's and dy's element type
   // (T, or Half16 widened as loaded).
   template <int SW, class S>
-  static void wgrad_dw33(const ConvProblem& p, const Chunks& ch, const Rows<S>& x, const Rows<S>& dy, T* parts,
-                         const CpuExecutor& ex) {
-    const i64 nb = ceil_div(p.Co, kLanes), F = p.filter_elems();
+  static void wgrad_dw33(const ConvProblem& p, const Chunks& ch, const Rows<S>& x, const Rows<S>& dy,
+                         const PartSink& parts, const CpuExecutor& ex) {
+    const i64 nb = ceil_div(p.Co, kLanes);
     const std::vector<S> zero_row(p.W * p.C + kPad, S{});  // what a padded filter row reads
-    ex.parallel_for(ch.P * nb, ch.L * 9 * kLanes, [&](i64 u0, i64 u1) {
+    for_chunk_tiles(ch, nb, ch.L * 9 * kLanes, parts, ex, [&](i64 u0, i64 u1) {
       FpEnv guard;
       alignas(64) T tmp[kLanes];
       for (i64 u = u0; u < u1; ++u) {
@@ -458,7 +523,7 @@ struct WgradKernels : KernelBase<V> {
         }
         for (int kh = 0; kh < 3; ++kh)
           for (int kw = 0; kw < 3; ++kw)
-            store_lanes(parts + k * F + (kh * 3 + kw) * p.Co + o0, acc[kh][kw], p.Co - o0, tmp);
+            parts.put(k, (kh * 3 + kw) * p.Co + o0, acc[kh][kw], p.Co - o0, tmp);
       }
     });
   }
@@ -468,7 +533,8 @@ struct WgradKernels : KernelBase<V> {
     return p.Cg == 1 && p.Cog() == 1 && p.KH == 3 && p.KW == 3 && p.dw == 1 && (p.sw == 1 || p.sw == 2);
   }
 
-  // Folds the chunk parts with fold(ch, parts), then combines them; no outputs: dw = +0.
+  // Folds the chunk parts with fold(ch, sink) (kept apart, or summed as they come: running_sums), then
+  // combines them; no outputs: dw = +0.
   template <class Fold>
   static void wgrad_parts(const ConvProblem& p, const OutSpec& dw, const CpuExecutor& ex, Fold&& fold) {
     const i64 F = p.filter_elems();
@@ -477,21 +543,24 @@ struct WgradKernels : KernelBase<V> {
       ex.parallel_for(F, 1, [&](i64 e0, i64 e1) { for (i64 e = e0; e < e1; ++e) dw.put(e, T(0)); });
       return;
     }
-    Workspace<T> parts(ex, ch.P * F);  // every part written before combine() reads it
-    fold(ch, parts.data());
-    combine(ch, F, parts.data(), dw, ex);
+    const bool running = running_sums(p, ch, F, ex.threads());
+    Workspace<T> parts(ex, (running ? 1 : ch.P) * F);  // every part (or the running sum) written before combine() reads it
+    fold(ch, PartSink{parts.data(), F, running, running_shares(p, ex.threads())});
+    Chunks summed = ch;
+    if (running) summed.P = 1;  // the sum is complete: combine() only rounds it out
+    combine(summed, F, parts.data(), dw, ex);
   }
 
   static void wgrad_half(const ConvProblem& p, const Rows<Half16>& x, const Rows<Half16>& dy, const OutSpec& dw,
                          const CpuExecutor& ex) {
-    wgrad_parts(p, dw, ex, [&](const Chunks& ch, T* parts) {  // half_direct(p) chose this problem: dw33(p)
+    wgrad_parts(p, dw, ex, [&](const Chunks& ch, const PartSink& parts) {  // half_direct(p) chose this problem: dw33(p)
       if (p.sw == 1) wgrad_dw33<1, Half16>(p, ch, x, dy, parts, ex);
       else wgrad_dw33<2, Half16>(p, ch, x, dy, parts, ex);
     });
   }
 
   static void wgrad(const ConvProblem& p, const Rows<T>& x, const Rows<T>& dy, const OutSpec& dw, const CpuExecutor& ex) {
-    wgrad_parts(p, dw, ex, [&](const Chunks& ch, T* parts) {
+    wgrad_parts(p, dw, ex, [&](const Chunks& ch, const PartSink& parts) {
       if (dw33(p) && p.sw == 1) wgrad_dw33<1, T>(p, ch, x, dy, parts, ex);
       else if (dw33(p)) wgrad_dw33<2, T>(p, ch, x, dy, parts, ex);
       else if (p.Cg == 1 && p.Cog() < kLanes) wgrad_dw(p, ch, x, dy, parts, ex);

@@ -21,6 +21,9 @@ namespace detconv {
 struct CpuExecutor {
   virtual ~CpuExecutor() = default;
   virtual void parallel_for(i64 units, i64 cost_per_unit, const std::function<void(i64, i64)>& fn) const = 0;
+  // Threads parallel_for may use: kernels that split work into one share per
+  // thread size it by this (a schedule choice, never a bit).
+  virtual int threads() const = 0;
   // Scratch memory from the framework's allocator, valid while the executor
   // lives (the dw/db chunk parts); nullptr: the kernel allocates its own.
   virtual void* scratch(i64 bytes) const { return nullptr; }

@@ -37,6 +37,8 @@ class ThreadExecutor : public CpuExecutor {
  public:
   explicit ThreadExecutor(int threads) : threads_(threads > 0 ? threads : 1) {}
 
+  int threads() const override { return threads_; }
+
   void parallel_for(i64 units, i64 cost_per_unit, const std::function<void(i64, i64)>& fn) const override {
     if (units <= 0) return;
     // About 64k cost units per thread at least: below that, starting a thread costs more than it saves.

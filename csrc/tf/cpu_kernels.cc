@@ -19,6 +19,7 @@ class TfPoolExecutor : public detconv::CpuExecutor {
     if (units <= 0) return;
     workers_->workers->ParallelFor(units, cost, [&fn](int64_t b, int64_t e) { fn(b, e); });
   }
+  int threads() const override { return workers_->num_threads > 0 ? workers_->num_threads : 1; }
   // TensorFlow's allocator reuses its buffers: no fresh pages (and page faults) per call.
   void* scratch(i64 bytes) const override {
     temps_.emplace_back();
