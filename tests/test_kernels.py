@@ -147,6 +147,21 @@ def test_wgrad_running_sums_and_parts(rng, isa):
                 assert_bits_equal(got, want, f"{isa} {dtype}/{accumulation} threads={t} dw")
 
 
+@pytest.mark.parametrize("isa", _isas())
+def test_joint_filter_gradient_tiles(rng, isa):
+    # Few input channels and several kw: the filter gradient's tiles take
+    # consecutive (kw, i) pairs of a filter row; their count (9, 15, 20, 21,
+    # 33 here) picks the tile height on AVX-512 (7, 8 or 9 rows).
+    with on_cpu_isa(K, isa):
+        for f_shape, s in (((3, 3, 3, 32), 2), ((5, 5, 3, 24), 1), ((3, 5, 4, 33), 2), ((7, 7, 3, 40), 2),
+                           ((11, 11, 3, 16), 4)):
+            x, f, b, dy = _operands(rng, (2, 23, 26, f_shape[2]), f_shape, s, 1, "SAME", "float32", None)
+            want = ref.conv2d_backprop_filter(x, dy, f_shape, s, "SAME")
+            for t in (1, 2):
+                assert_bits_equal(K.conv2d_backprop_filter(x, dy, f_shape, s, "SAME", threads=t), want,
+                                  f"{isa} {f_shape} threads={t} dw")
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
 def test_specials_canonical_nan(rng, dtype):
     x, f, b, dy = _operands(rng, (2, 5, 5, 3), (3, 3, 3, 4), 1, 1, "SAME", dtype, None)

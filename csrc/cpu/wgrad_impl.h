@@ -528,6 +528,22 @@ struct WgradKernels : KernelBase<V> {
     });
   }
 
+  // Joint tiles (stems: few channels, several kw): NI consecutive (kw, i)
+  // pairs of a filter row. With 32 registers (AVX-512's float32 path) the
+  // tile takes TI - 1 or TI + 1 rows where fewer of them run past the row's
+  // KW*Cg pairs: a 7x7x3 stem's 21 pairs are 3 tiles of 7, not 3 of 8 with
+  // 3 rows computed and dropped.
+  static void wgrad_joint(const ConvProblem& p, const Chunks& ch, const Rows<T>& x, const Rows<T>& dy,
+                          const PartSink& parts, const CpuExecutor& ex) {
+    if constexpr (Base::kWideDw) {
+      const i64 pairs = p.KW * p.Cg;
+      auto rows = [&](i64 ni) { return ceil_div(pairs, ni) * ni; };
+      if (rows(TI - 1) < rows(TI) && rows(TI - 1) <= rows(TI + 1)) return wgrad_dense<TI - 1, NV, true>(p, ch, x, dy, parts, ex);
+      if (rows(TI + 1) < rows(TI)) return wgrad_dense<TI + 1, NV, true>(p, ch, x, dy, parts, ex);
+    }
+    wgrad_dense<TI, NV, true>(p, ch, x, dy, parts, ex);
+  }
+
   // Depthwise 3x3 with width stride 1 or 2 and no width dilation: wgrad_dw33.
   static bool dw33(const ConvProblem& p) {
     return p.Cg == 1 && p.Cog() == 1 && p.KH == 3 && p.KW == 3 && p.dw == 1 && (p.sw == 1 || p.sw == 2);
@@ -564,7 +580,7 @@ struct WgradKernels : KernelBase<V> {
       if (dw33(p) && p.sw == 1) wgrad_dw33<1, T>(p, ch, x, dy, parts, ex);
       else if (dw33(p)) wgrad_dw33<2, T>(p, ch, x, dy, parts, ex);
       else if (p.Cg == 1 && p.Cog() < kLanes) wgrad_dw(p, ch, x, dy, parts, ex);
-      else if (p.G == 1 && p.dw == 1 && p.Cg < TI && p.KW > 1) wgrad_dense<TI, NV, true>(p, ch, x, dy, parts, ex);
+      else if (p.G == 1 && p.dw == 1 && p.Cg < TI && p.KW > 1) wgrad_joint(p, ch, x, dy, parts, ex);
       else if (Base::kWideDw && p.Cog() >= WW * kLanes) wgrad_dense<WI, WW>(p, ch, x, dy, parts, ex);
       else wgrad_dense<TI, NV>(p, ch, x, dy, parts, ex);
     });
