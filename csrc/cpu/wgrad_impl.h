@@ -52,22 +52,24 @@ struct WgradKernels : KernelBase<V> {
     T* base;
     i64 F;
     bool running;
-    i64 shares;  // running: tiles split into this many fixed shares
+    i64 shares;      // running: tiles split into this many fixed shares
+    i64 last;        // running: the last chunk, whose sum is the result ...
+    const OutSpec* out;  // ... rounded straight into out (no combine() pass)
     void put(i64 k, i64 e, Vec v, i64 n, T* tmp) const {
       if (!running) {
         store_lanes(base + k * F + e, v, n, tmp);
         return;
       }
       T* dst = base + e;
-      if (k == 0) {
-        store_lanes(dst, v, n, tmp);
-      } else if (n >= kLanes) {
-        V::store(dst, V::add(V::load(dst), v));
-      } else {  // lanes past n belong to another tile (maybe another thread's): never touched
+      Vec s = v;
+      if (k > 0 && n >= kLanes) {
+        s = V::add(V::load(dst), v);
+      } else if (k > 0) {  // lanes past n belong to another tile (maybe another thread's): never touched
         for (i64 l = 0; l < n; ++l) tmp[l] = dst[l];
-        V::store(tmp, V::add(V::load(tmp), v));  // V's add: native float16 rounds it to binary16
-        for (i64 l = 0; l < n; ++l) dst[l] = tmp[l];
+        s = V::add(V::load(tmp), v);  // V's add: native float16 rounds it to binary16
       }
+      if (k == last) put_lanes(*out, s, e, 1, n);
+      else store_lanes(dst, s, n, tmp);
     }
   };
 
@@ -89,13 +91,6 @@ struct WgradKernels : KernelBase<V> {
     });
   }
 
-  // Running sums where the parts' round trip through memory (P*F written,
-  // then read by combine) costs more than the extra x and dy reads (every
-  // share but one reads all of them again, mostly from the shared cache),
-  // and over 8 chunks or more: with fewer the fixed shares (no thread can
-  // take over a slow one's tiles) cost what the round trip saves (3x3 7x7
-  // 512->512 and 1x1 7x7 2048->512, 2 and 4 chunks: no gain, medians a few
-  // percent slower).
   // Every share reads all of a chunk's x and dy rows: two shares per thread
   // where they stay in the shared cache, so that a thread held up (by the
   // pool's other work, or the machine's) leaves a share to the others; one
@@ -106,8 +101,13 @@ struct WgradKernels : KernelBase<V> {
     return p.R() * (p.C + p.Co) * i64(sizeof(T)) <= (i64(16) << 20) ? 2 * i64(threads) : i64(threads);
   }
 
+  // Running sums where the parts' round trip through memory (P*F written,
+  // then read by combine) costs more than the extra x and dy reads (every
+  // share but one reads all of them again, mostly from the shared cache).
+  // The last chunk's sums go straight to dw, so even 2 chunks gain (3x3 7x7
+  // 512->512 dw, AVX-512: 10.77 -> 10.32 ms; AVX2 12.47 -> 11.71).
   static bool running_sums(const ConvProblem& p, const Chunks& ch, i64 F, int threads) {
-    return ch.P >= 8 && (threads - 1) * p.R() * (p.C + p.Co) <= 2 * ch.P * F;
+    return ch.P > 1 && (threads - 1) * p.R() * (p.C + p.Co) <= 2 * ch.P * F;
   }
 
   static constexpr i64 kAheadR = 8;  // dy pixels prefetched ahead in dw folds
@@ -560,11 +560,9 @@ struct WgradKernels : KernelBase<V> {
       return;
     }
     const bool running = running_sums(p, ch, F, ex.threads());
-    Workspace<T> parts(ex, (running ? 1 : ch.P) * F);  // every part (or the running sum) written before combine() reads it
-    fold(ch, PartSink{parts.data(), F, running, running_shares(p, ex.threads())});
-    Chunks summed = ch;
-    if (running) summed.P = 1;  // the sum is complete: combine() only rounds it out
-    combine(summed, F, parts.data(), dw, ex);
+    Workspace<T> parts(ex, (running ? 1 : ch.P) * F);  // every part written before combine() reads it
+    fold(ch, PartSink{parts.data(), F, running, running_shares(p, ex.threads()), ch.P - 1, &dw});
+    if (!running) combine(ch, F, parts.data(), dw, ex);
   }
 
   static void wgrad_half(const ConvProblem& p, const Rows<Half16>& x, const Rows<Half16>& dy, const OutSpec& dw,
