@@ -134,7 +134,7 @@ def test_wgrad_many_chunks(rng):
 @pytest.mark.parametrize("isa", _isas())
 def test_wgrad_running_sums_and_parts(rng, isa):
     # R = 1600, F = 3*3*12*20 = 2160: 25 chunks. With t threads the kernels
-    # sum the chunks as they come (one share of the tiles per thread) while
+    # sum the chunks as they come (fixed shares of the tiles) while
     # (t-1)*R*(C+Co) <= 2*P*F, i.e. t <= 3, and keep P parts for combine()
     # past that; Co = 20 leaves a partial vector per tile. Both ways must add
     # part[0] + part[1] + ... in chunk order.

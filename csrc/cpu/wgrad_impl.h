@@ -549,8 +549,8 @@ struct WgradKernels : KernelBase<V> {
     return p.Cg == 1 && p.Cog() == 1 && p.KH == 3 && p.KW == 3 && p.dw == 1 && (p.sw == 1 || p.sw == 2);
   }
 
-  // Folds the chunk parts with fold(ch, sink) (kept apart, or summed as they come: running_sums), then
-  // combines them; no outputs: dw = +0.
+  // Folds the chunks with fold(ch, sink): into P parts that combine() then adds in chunk order, or
+  // into running sums (running_sums) whose last chunk writes dw itself; no outputs: dw = +0.
   template <class Fold>
   static void wgrad_parts(const ConvProblem& p, const OutSpec& dw, const CpuExecutor& ex, Fold&& fold) {
     const i64 F = p.filter_elems();
@@ -560,7 +560,7 @@ struct WgradKernels : KernelBase<V> {
       return;
     }
     const bool running = running_sums(p, ch, F, ex.threads());
-    Workspace<T> parts(ex, (running ? 1 : ch.P) * F);  // every part written before combine() reads it
+    Workspace<T> parts(ex, (running ? 1 : ch.P) * F);  // every part (sum) written before it is read
     fold(ch, PartSink{parts.data(), F, running, running_shares(p, ex.threads()), ch.P - 1, &dw});
     if (!running) combine(ch, F, parts.data(), dw, ex);
   }
