@@ -411,7 +411,12 @@ struct FpropKernels : KernelBase<V> {
               xp[q] = px[q0 + q];
               for (int j = 0; j < NW; ++j) acc[q][j] = V::zero();
             }
-            Base::template micro<NP, NW>(acc, xp, wb, K);
+            // A block inside one run of pixels (most of them): micro_strided, same fmas (1x1 56x56
+            // 256->64 dx, AVX-512: 5.42 -> 4.89 ms and 5.81 -> 5.14; AVX2 even to 3% faster).
+            bool strided = true;
+            for (int q = 1; q < NP; ++q) strided = strided && xp[q] == xp[0] + q * p.C;
+            if (strided) Base::template micro_strided<NP, NW>(acc, xp[0], p.C, wb, K);
+            else Base::template micro<NP, NW>(acc, xp, wb, K);
             for (int q = 0; q < NP && m0 + q0 + q < M; ++q)
               for (int j = 0; j < NW; ++j) put(q0 + q, j, acc[q][j]);
           }
@@ -423,7 +428,10 @@ struct FpropKernels : KernelBase<V> {
           for (i64 q0 = 0; q0 < MB && m0 + q0 < M; q0 += NP) {
             const T* xp[NP];
             for (int q = 0; q < NP; ++q) xp[q] = px[q0 + q] + k0;
-            Base::template micro_mem<NP, NW>(tile.data() + q0 * BF, xp, wb + k0 * BF, kn);
+            bool strided = true;  // as above (1x1 14x14 1024->256, AVX-512: dx 4.52 -> 4.43 ms, fwd 4.26 -> 4.16)
+            for (int q = 1; q < NP; ++q) strided = strided && xp[q] == xp[0] + q * p.C;
+            if (strided) Base::template micro_mem_strided<NP, NW>(tile.data() + q0 * BF, xp[0], p.C, wb + k0 * BF, kn);
+            else Base::template micro_mem<NP, NW>(tile.data() + q0 * BF, xp, wb + k0 * BF, kn);
           }
         }
         for (i64 q = 0; q < MB && m0 + q < M; ++q)

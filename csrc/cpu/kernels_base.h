@@ -217,6 +217,48 @@ struct KernelBase {
       }
     }
   }
+  // micro_regs for NP pixels s elements apart (x0, x0 + s, ...): the pixels are addressed from two
+  // bases, s and 3s (x86's scaled indices), instead of NP pointers, which at NP = 8 left GCC short of
+  // general registers (it kept some in vector registers and moved them back every iteration).
+  template <int NP, int NW>
+  static inline __attribute__((always_inline)) void micro_regs_strided(Vec (&r)[NP][NW], const T* x0, i64 s,
+                                                                       const T* w, i64 n) {
+    static_assert(NP <= 8, "two bases of four rows");
+    const i64 s3 = 3 * s;
+    const T* b0 = x0;
+    const T* b1 = x0 + 4 * s;
+    for (i64 i = 0; i < n; ++i, ++b0, ++b1) {
+      Vec fv[NW];
+      for (int j = 0; j < NW; ++j) fv[j] = V::load(w + (i * NW + j) * kLanes);
+      for (int q = 0; q < NP; ++q) {
+        const T* b = q < 4 ? b0 : b1;
+        const int m = q & 3;
+        const Vec xv = V::bcast(m == 0 ? b[0] : m == 1 ? b[s] : m == 2 ? b[2 * s] : b[s3]);
+        for (int j = 0; j < NW; ++j) r[q][j] = V::fma(xv, fv[j], r[q][j]);
+      }
+    }
+  }
+  // micro() / micro_mem() for NP pixels s elements apart.
+  template <int NP, int NW>
+  static inline __attribute__((always_inline)) void micro_strided(Vec (&acc)[NP][NW], const T* x0, i64 s,
+                                                                  const T* w, i64 n) {
+    Vec r[NP][NW];
+    for (int q = 0; q < NP; ++q)
+      for (int j = 0; j < NW; ++j) r[q][j] = acc[q][j];
+    micro_regs_strided<NP, NW>(r, x0, s, w, n);
+    for (int q = 0; q < NP; ++q)
+      for (int j = 0; j < NW; ++j) acc[q][j] = r[q][j];
+  }
+  template <int NP, int NW>
+  static inline __attribute__((always_inline)) void micro_mem_strided(T* tile, const T* x0, i64 s, const T* w,
+                                                                      i64 n) {
+    Vec r[NP][NW];
+    for (int q = 0; q < NP; ++q)
+      for (int j = 0; j < NW; ++j) r[q][j] = V::load(tile + (q * NW + j) * kLanes);
+    micro_regs_strided<NP, NW>(r, x0, s, w, n);
+    for (int q = 0; q < NP; ++q)
+      for (int j = 0; j < NW; ++j) V::store(tile + (q * NW + j) * kLanes, r[q][j]);
+  }
   template <int NP, int NW = NV>
   static inline __attribute__((always_inline)) void micro(Vec (&acc)[NP][NW], const T* const (&xp)[NP], const T* w,
                                                           i64 n) {
