@@ -217,16 +217,20 @@ struct KernelBase {
       }
     }
   }
-  // micro_regs for NP pixels s elements apart (x0, x0 + s, ...): the pixels are addressed from two
-  // bases, s and 3s (x86's scaled indices), instead of NP pointers, which at NP = 8 left GCC short of
-  // general registers (it kept some in vector registers and moved them back every iteration).
-  template <int NP, int NW>
-  static inline __attribute__((always_inline)) void micro_regs_strided(Vec (&r)[NP][NW], const T* x0, i64 s,
-                                                                       const T* w, i64 n) {
+  // NP pixels s elements apart from x0 (one run of pixels): micro_regs addresses them from two bases
+  // and the scaled indices s and 3s instead of NP pointers, which at NP = 8 left GCC short of general
+  // registers (it kept some in vector registers and moved them back every iteration). Same fmas.
+  struct PixelRun {
+    const T* x0;
+    i64 s;
+  };
+  template <int NP, int NW = NV>
+  static inline __attribute__((always_inline)) void micro_regs(Vec (&r)[NP][NW], const PixelRun& xs, const T* w,
+                                                               i64 n) {
     static_assert(NP <= 8, "two bases of four rows");
-    const i64 s3 = 3 * s;
-    const T* b0 = x0;
-    const T* b1 = x0 + 4 * s;
+    const i64 s = xs.s, s3 = 3 * s;
+    const T* b0 = xs.x0;
+    const T* b1 = xs.x0 + 4 * s;
     for (i64 i = 0; i < n; ++i, ++b0, ++b1) {
       Vec fv[NW];
       for (int j = 0; j < NW; ++j) fv[j] = V::load(w + (i * NW + j) * kLanes);
@@ -238,30 +242,9 @@ struct KernelBase {
       }
     }
   }
-  // micro() / micro_mem() for NP pixels s elements apart.
-  template <int NP, int NW>
-  static inline __attribute__((always_inline)) void micro_strided(Vec (&acc)[NP][NW], const T* x0, i64 s,
-                                                                  const T* w, i64 n) {
-    Vec r[NP][NW];
-    for (int q = 0; q < NP; ++q)
-      for (int j = 0; j < NW; ++j) r[q][j] = acc[q][j];
-    micro_regs_strided<NP, NW>(r, x0, s, w, n);
-    for (int q = 0; q < NP; ++q)
-      for (int j = 0; j < NW; ++j) acc[q][j] = r[q][j];
-  }
-  template <int NP, int NW>
-  static inline __attribute__((always_inline)) void micro_mem_strided(T* tile, const T* x0, i64 s, const T* w,
-                                                                      i64 n) {
-    Vec r[NP][NW];
-    for (int q = 0; q < NP; ++q)
-      for (int j = 0; j < NW; ++j) r[q][j] = V::load(tile + (q * NW + j) * kLanes);
-    micro_regs_strided<NP, NW>(r, x0, s, w, n);
-    for (int q = 0; q < NP; ++q)
-      for (int j = 0; j < NW; ++j) V::store(tile + (q * NW + j) * kLanes, r[q][j]);
-  }
-  template <int NP, int NW = NV>
-  static inline __attribute__((always_inline)) void micro(Vec (&acc)[NP][NW], const T* const (&xp)[NP], const T* w,
-                                                          i64 n) {
+  // micro_regs on the caller's accumulators; xp: NP pixel pointers, or a PixelRun.
+  template <int NP, int NW = NV, class Xs>
+  static inline __attribute__((always_inline)) void micro(Vec (&acc)[NP][NW], const Xs& xp, const T* w, i64 n) {
     Vec r[NP][NW];
     for (int q = 0; q < NP; ++q)
       for (int j = 0; j < NW; ++j) r[q][j] = acc[q][j];
@@ -373,8 +356,8 @@ struct KernelBase {
     }
   }
   // The same on accumulators kept in a memory tile of NP*NW vectors (unaligned).
-  template <int NP, int NW = NV>
-  static inline __attribute__((always_inline)) void micro_mem(T* tile, const T* const (&xp)[NP], const T* w, i64 n) {
+  template <int NP, int NW = NV, class Xs>
+  static inline __attribute__((always_inline)) void micro_mem(T* tile, const Xs& xp, const T* w, i64 n) {
     Vec r[NP][NW];
     for (int q = 0; q < NP; ++q)
       for (int j = 0; j < NW; ++j) r[q][j] = V::load(tile + (q * NW + j) * kLanes);
@@ -462,6 +445,7 @@ struct KernelBase {
   using Base::micro_range;                \
   using Base::micro_taps;                 \
   using typename Base::TapSpan;           \
+  using typename Base::PixelRun;          \
   using Base::fold_padded_run;            \
   using typename Base::InnerCounter;      \
   using Base::repeat_channels;            \
