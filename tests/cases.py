@@ -49,7 +49,8 @@ CASES_2D_KERNELS = [
     ("dw-s2-even", (2, 6, 24, 18), (3, 3, 1, 18), 2, 1, "SAME"),
     ("rows-of-14", (2, 5, 14, 20), (3, 3, 20, 24), 1, 1, "SAME"),  # 7-pixel blocks on AVX-512
     ("wide-groups-dw", (3, 9, 10, 10), (3, 3, 10, 70), 1, 1, "SAME"),  # 6x4 dw tiles on AVX-512, 5 chunks
-    ("wide-groups-dx", (2, 4, 19, 70), (3, 3, 70, 12), 1, 1, "SAME"),  # 4x4 dx tiles on AVX-512
+    ("wide-groups-dx", (2, 4, 19, 70), (3, 3, 70, 12), 1, 1, "SAME"),  # 7x4 dx tiles on AVX-512, 19 = 7 + 7 + 5
+    ("wide-groups-dx-s2", (1, 5, 24, 66), (3, 3, 66, 64), 2, 1, "SAME"),  # the same per stride phase (12 = 6 + 6); 7x4 forward
     # 1x1 filter gradient with x packed per i-block (8+ output-channel blocks on AVX2 and AVX-512),
     # 4 chunks starting mid-row, the last i-block part empty (14 = 6 + 6 + 2).
     ("1x1-packed-dw", (2, 9, 13, 14), (1, 1, 14, 460), 1, 1, "SAME"),
@@ -79,6 +80,6 @@ CASES_3D = [
     ("pointwise", (2, 3, 4, 5, 12), (1, 1, 1, 12, 10), 1, 1, "VALID"),
     ("temporal-only", (1, 8, 3, 4, 5), (4, 1, 1, 5, 3), (2, 1, 1), (1, 1, 1), ((2, 1), (0, 0), (0, 0))),
     ("wide-rows", (1, 3, 4, 23, 16), (3, 3, 3, 16, 16), 1, 1, "SAME"),
-    ("wide-groups", (1, 3, 4, 6, 66), (3, 3, 3, 66, 8), 1, 1, "SAME"),  # 4x4 dx tiles on AVX-512
+    ("wide-groups", (1, 3, 4, 6, 66), (3, 3, 3, 66, 8), 1, 1, "SAME"),  # 7x4 dx tiles on AVX-512 (one block of 6)
 ]
 

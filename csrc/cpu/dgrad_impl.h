@@ -592,6 +592,7 @@ struct DgradKernels : KernelBase<V> {
   // The ISA's wide input-gradient tile (DXP pixels x DXW vectors), for groups that fill its vectors.
   static constexpr int DXP = Base::kWideDx ? Base::WideTile::kDx[0] : Base::PD;
   static constexpr int DXW = Base::kWideDx ? Base::WideTile::kDx[1] : NV;
+  static constexpr int DXMIN = Base::kWideDx ? Base::WideTile::kDxMin : Base::PD;
   static bool wide_dx(const ConvProblem& p) { return Base::kWideDx && p.Cg >= DXW * kLanes; }
 
   // AVX2 (PG > PD): 6-pixel blocks (12 fma chains against 8), narrower ones ending each stride phase
@@ -606,7 +607,7 @@ struct DgradKernels : KernelBase<V> {
 
   static void dgrad(const ConvProblem& p, const Rows<T>& dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
     if (p.D != 1 || p.KD != 1) {  // three spatial dimensions: the depth-aware kernel
-      if (wide_dx(p)) dgrad_dense<DXP, DXW>(p, dy, f, dx, ex);
+      if (wide_dx(p)) dgrad_dense<DXP, DXW, DXMIN>(p, dy, f, dx, ex);
       else if (Base::PG > Base::PD) dgrad_tail_blocks(p, dy, f, dx, ex);
       else dgrad_dense<Base::PD>(p, dy, f, dx, ex);
       return;
@@ -632,11 +633,11 @@ struct DgradKernels : KernelBase<V> {
     // 1x1 GEMM blocks over whole images instead of row blocks. Measured (one
     // thread, batch 8), AVX2: 1x1 56x56 256->64 16.9 -> 14.9 ms, 64->256 13.1
     // -> 11.5 ms, 28x28 512->128 12.3 -> 11.2 ms; AVX-512 within noise to
-    // -10%. Past kFilterL2Bytes only where the GEMM's register block is the
-    // larger one (two threads, AVX2: 1x1 14x14 1024->256 7.94 -> 6.46 ms, 7x7
-    // 2048->512 7.37 -> 6.13 ms; AVX-512, 8 pixels both: 5.31 -> 5.88, so not).
-    if (Base::flat_pixels(p) && p.G == 1 &&
-        (Base::PG > Base::PD || p.filter_elems() * i64(sizeof(T)) <= Base::kFilterL2Bytes)) {
+    // -10%. Past kFilterL2Bytes too (two threads, AVX2: 1x1 14x14 1024->256
+    // 7.94 -> 6.46 ms, 7x7 2048->512 7.37 -> 6.13 ms; AVX-512 7x7 2048->512,
+    // against the dense blocks: AMD Zen 4 5.31 -> 5.88, Intel Xeon 5.87 ->
+    // 3.46, where the dense kernel was at 0.54 of oneDNN).
+    if (Base::flat_pixels(p) && p.G == 1) {
       ConvProblem q = p;
       q.C = q.Cg = p.Co;
       q.Co = p.C;
@@ -644,12 +645,14 @@ struct DgradKernels : KernelBase<V> {
       return;
     }
     // Measured (AVX-512): PD 8 vs PW 6, dx geomean 0.71 -> 0.83 of oneDNN; rows of 7, 14 or 28 in whole blocks of 7.
-    // The wide tile where it wastes less at the row's end than PD blocks; AVX2's rows end in narrower
-    // blocks instead (tail blocks: no waste; 3x3 14x14x256 in one process, 3x4 tile against them: 9.25 vs
-    // 8.89 ms and 8.94 vs 8.64).
-    if (Base::sevens(p.W, Base::PD) && p.sw == 1) dgrad_dense<7>(p, dy, f, dx, ex);
-    else if (Base::PG == Base::PD && wide_dx(p) && ceil_div(p.W, DXP) * DXP - p.W < ceil_div(p.W, Base::PD) * Base::PD - p.W)
-      dgrad_dense<DXP, DXW>(p, dy, f, dx, ex);
+    // AVX-512's wide tile, 7 pixels x 4 vectors, rows ending in blocks of 4-6 (kDxMin), against the 7x2 or
+    // 8x2 blocks or 4x4 (Intel Xeon, batch 8, two threads, in one process, ms): 3x3 56x56x64 5.78 -> 5.39,
+    // 28x28x128 5.48 -> 5.11, 14x14x256 5.50 -> 5.06, 7x7x512 5.62 -> 5.33, 19x19x128 3.06 -> 2.54 (2.89
+    // with the last 7 running past the row), C3D block 65.9 -> 61.3. AVX2's rows end in narrower blocks
+    // instead (tail blocks: no waste; 3x3 14x14x256 in one process, 3x4 tile against them: 9.25 vs 8.89 ms
+    // and 8.94 vs 8.64).
+    if (Base::PG == Base::PD && wide_dx(p)) dgrad_dense<DXP, DXW, DXMIN>(p, dy, f, dx, ex);
+    else if (Base::sevens(p.W, Base::PD) && p.sw == 1) dgrad_dense<7>(p, dy, f, dx, ex);
     else if (Base::PG > Base::PD) dgrad_tail_blocks(p, dy, f, dx, ex);
     else dgrad_dense<Base::PD>(p, dy, f, dx, ex);
   }

@@ -606,20 +606,20 @@ struct FpropKernels : KernelBase<V> {
       // AVX-512, 8x2 both: within noise), or the filter is past L2 (AVX2: 1x1 7x7x2048 0.69 -> 0.85 of oneDNN).
       fprop_1x1<Base::PG, NV>(p, x, f, bias, y, ex);
     } else if (Base::kWideFwd && p.Cog() % (Base::WideTile::kFwd[1] * kLanes) == 0) {
-      // Groups of whole 4-vector channel blocks: the ISA's wide forward tile, narrower where the packed
-      // filter block outgrows L2 (then the memory tile path). Batch 8, two threads, in one process (ms):
-      //   AVX-512, 4x4 (7x4 past L2) against 8x2 or 7x2: C3D 3x3x3 block 95.0 -> 93.8, 3x3 56x56x64
-      //   9.06 -> 8.83, 7x7x512 8.96 -> 8.79, 112x112 32->64 17.73 -> 17.64, stem 7x7/2 12.05 -> 11.03,
-      //   1x1 56x56 256->64 4.81 -> 4.68, 64->256 5.01 -> 4.74, 14x14 1024->256 4.19 -> 4.12;
+      // Groups of whole 4-vector channel blocks: the ISA's wide forward tile (past L2, with the memory
+      // tile). Batch 8, two threads, in one process (ms):
+      //   AVX-512 (AMD Zen 4), 4x4 against 8x2 or 7x2: C3D 3x3x3 block 95.0 -> 93.8, 3x3 56x56x64 9.06 ->
+      //   8.83, 7x7x512 8.96 -> 8.79, 112x112 32->64 17.73 -> 17.64, stem 7x7/2 12.05 -> 11.03, 1x1 56x56
+      //   256->64 4.81 -> 4.68, 64->256 5.01 -> 4.74, 14x14 1024->256 4.19 -> 4.12;
+      //   AVX-512 (Intel Xeon, two 512-bit fma ports: 4x4's four filter loads per 16 fmas came from L2 at
+      //   32 bytes a cycle), 7x4 against 4x4: C3D block 63.5 -> 58.4, 3x3 56x56x64 5.95 -> 5.40, 28x28x128
+      //   5.98 -> 5.27, 19x19x128 2.94 -> 2.53, 112x112 32->64 11.92 -> 11.01, 1x1 56x56 64->256 3.40 ->
+      //   3.20; 14x14x256 and 7x7x512 (7x4 already: past L2) even; ending rows in narrower blocks instead
+      //   of running the last 7 past the row: even at 19 wide, 2-3% slower at 56 and 28;
       //   AVX2, 3x4 against 6x2 (12 chains both): C3D block 99.6 -> 97.2, 3x3 56x56x64 9.36 -> 8.94,
       //   28x28x128 9.09 -> 8.82, 14x14x256 8.91 -> 8.67, 7x7x512 11.03 -> 8.85, 112x112 19.25 -> 18.80.
-      if constexpr (Base::kWideFwd) {  // (ISAs without the tile never instantiate it)
-        constexpr int NP = Base::WideTile::kFwd[0], NW = Base::WideTile::kFwd[1];
-        if (Base::filter_block_in_l2(p.KH * p.KW * p.Cg, NW * kLanes))
-          fprop_dense<NP, NW>(p, x, f, bias, y, ex);
-        else
-          fprop_dense<Base::WideTile::kFwdPastL2, NW>(p, x, f, bias, y, ex);
-      }
+      if constexpr (Base::kWideFwd)  // (ISAs without the tile never instantiate it)
+        fprop_dense<Base::WideTile::kFwd[0], Base::WideTile::kFwd[1]>(p, x, f, bias, y, ex);
     } else if (Base::tail_blocks(p.OW)) {  // AVX2: 6-pixel blocks, narrower ones ending each row
       if constexpr (Base::PG > Base::PF) fprop_dense<Base::PG, NV, Base::kTailMin>(p, x, f, bias, y, ex);
     } else if (Base::sevens(p.OW, Base::PF)) {

@@ -8,12 +8,13 @@ struct VF {
   static constexpr int kPF = 8, kPG = 8, kPD = 8;  // dense forward, 1x1 GEMM and dx blocks: 16 accumulators (measured: 3x3 56x56x64 0.74 -> 0.90 of oneDNN)
   // Tiles for 64+ channels per group (4 vectors). Filter gradient: 6 input channels x 4 vectors of output
   // channels, 24 accumulators (measured: 1x1 7x7 2048->512 dw 4.45 -> 3.90 ms, 3x3 14x14 256->256 6.6-7.1 ->
-  // 6.3 ms). Input gradient: 4 pixels x 4 vectors (C3D block dx 0.86-0.88 -> 0.90-0.92 of oneDNN; rows whose
-  // width wastes less in blocks of 4, e.g. 19: Xception dx 11.2 -> 10.2 ms). Forward: 4 pixels x 4 vectors
-  // (7 pixels where the packed filter block is past L2: 28 accumulators), for groups of whole blocks
-  // (FpropKernels::fprop has the numbers).
+  // 6.3 ms). Input gradient and forward: 7 pixels x 4 vectors, 28 accumulators (GCC keeps one of them on
+  // the stack: 33 registers with the filter vectors and the broadcast); 4x4 before, whose 4 filter loads
+  // per 16 fmas came from L2 faster than Intel's L2 delivers them at two 512-bit fmas a cycle. Input
+  // gradient rows end in narrower blocks of at least kDxMin pixels. FpropKernels::fprop and
+  // DgradKernels::dgrad have the numbers.
   struct Wide {
-    static constexpr int kFwd[2] = {4, 4}, kFwdPastL2 = 7, kDw[2] = {6, 4}, kDx[2] = {4, 4};
+    static constexpr int kFwd[2] = {7, 4}, kDw[2] = {6, 4}, kDx[2] = {7, 4}, kDxMin = 4;
   };
   static R zero() { return _mm512_setzero_ps(); }
   static R load(const T* p) { return _mm512_loadu_ps(p); }
