@@ -56,6 +56,7 @@ struct DgradKernels : KernelBase<V> {
   static void dgrad_dense(const ConvProblem& p, const Rows<T>& dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
     constexpr int BW = kLanes * NW;
     const i64 cog = p.Cog(), nb = ceil_div(p.Cg, BW), taps = p.taps();
+    const bool prefetch = Base::filter_past_l1(taps * cog * BW);  // (the sweeps' filter reads; Base::micro_regs)
     // wt[g][b][tap][o_local][BW] = f[tap, b*BW + lane, g*cog + o_local], tap = (kd*KH + kh)*KW + kw
     // Packed in parallel, one (g, b, tap) slice a unit, written in order, lane l
     // reading its row i = b*BW + l of f as it goes (contiguous in o_local).
@@ -200,7 +201,8 @@ struct DgradKernels : KernelBase<V> {
           if (sweep) {
             i64 off[NB];
             for (int q = 0; q < NB; ++q) off[q] = q * p.Co;
-            Base::template sweep_taps<NB, NW>(acc, tap_x.data(), tap_w.data(), off, listed, cog, tap_span.data());
+            if (prefetch) Base::template sweep_taps<NB, NW, true>(acc, tap_x.data(), tap_w.data(), off, listed, cog, tap_span.data());
+            else Base::template sweep_taps<NB, NW>(acc, tap_x.data(), tap_w.data(), off, listed, cog, tap_span.data());
           }
           for (int q = 0; q < NB; ++q)
             for (int j = 0; j < NW; ++j) {

@@ -71,6 +71,7 @@ struct FpropKernels : KernelBase<V> {
     const i64 owb = ceil_div(p.OW, NP);
     const typename Base::template RowBlocks<NP, NMIN> blocks(p.OW);
     const bool tap_outer = p.Cg >= 16 && p.KH * p.KW > 1 && !Base::filter_block_in_l2(taps, BF);
+    const bool prefetch = Base::filter_past_l1(taps * BF);  // (the interior sweeps' filter reads; Base::micro_regs)
     // Consecutive units share the input rows of one output row (channel blocks
     // innermost) or, when the filter outgrows the cache and a channel block's
     // share of it outweighs the rows, one channel block's filter (rows
@@ -223,7 +224,8 @@ struct FpropKernels : KernelBase<V> {
               for (int q = 0; q < NB; ++q) off[q] = fprop_in_col(p, ow0 + q, 0) * p.C;
               for (i64 kh = 0; kh < p.KH; ++kh)  // a padded row: its run weight
                 row_w[kh] = in_rows[kh] ? wg + kh * p.KW * p.Cg * BF : wrg + kh * BF;
-              Base::template micro_taps<NB, NW>(acc, in_rows.data(), row_w.data(), off, p.KH, p.KW * p.Cg);
+              if (prefetch) Base::template micro_taps<NB, NW, true>(acc, in_rows.data(), row_w.data(), off, p.KH, p.KW * p.Cg);
+              else Base::template micro_taps<NB, NW>(acc, in_rows.data(), row_w.data(), off, p.KH, p.KW * p.Cg);
               emit(ow0, acc);
               return;
             }
