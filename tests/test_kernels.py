@@ -436,9 +436,8 @@ def test_large_pointwise_gemm_path(rng, dtype, accumulation):
 
 
 # Filters past 1 MiB (float32) reorder the dense forward and input-gradient units (channel blocks outermost);
-# a 1x1 dx past 512 KiB runs as the forward GEMM of dy with the filter read transposed on AVX2 and keeps the
-# dense kernel on AVX-512 (below 512 KiB: the GEMM on both). Unit order never changes bits: every pass
-# against the reference, every ISA path.
+# a 1x1 dx (past 512 KiB too) runs as the forward GEMM of dy with the filter read transposed. Unit order
+# never changes bits: every pass against the reference, every ISA path.
 LARGE_FILTER_CASES = [
     ("3x3-1.5MiB", (2, 4, 5, 256), (3, 3, 256, 160), 1, "SAME"),
     ("1x1-566KiB", (2, 3, 5, 520), (1, 1, 520, 272), 1, "VALID"),
@@ -460,6 +459,30 @@ def test_large_filters_every_pass(rng, case):
             assert_bits_equal(K.conv2d(x, f, s, padding), want_y, f"{isa} forward")
             assert_bits_equal(K.conv2d_backprop_input(dy, f, x.shape, s, padding), want_dx, f"{isa} dx")
             assert_bits_equal(K.conv2d_backprop_filter(x, dy, f.shape, s, padding), want_dw, f"{isa} dw")
+
+
+# 1x1 layers whose outputs fill whole 4-vector blocks take AVX-512's wide GEMM tile (7 pixels x 4 vectors),
+# forward (with bias) and input gradient: folds of 192 and 320 in chunks of 128 through the memory tile,
+# of 128 in registers; 30 pixels = 4 blocks of 7 + 2; every ISA path.
+WIDE_GEMM_CASES = [
+    ("192->128", (2, 3, 5, 192), (1, 1, 192, 128)),
+    ("128->320", (1, 7, 9, 128), (1, 1, 128, 320)),
+]
+
+
+@pytest.mark.parametrize("case", WIDE_GEMM_CASES, ids=[c[0] for c in WIDE_GEMM_CASES])
+def test_wide_gemm_tiles(rng, case):
+    _, x_shape, f_shape = case
+    x = rand(rng, x_shape, "float32", 1.0)
+    f = rand(rng, f_shape, "float32", 1.0 / 16)
+    b = rand(rng, f_shape[-1:], "float32", 1.0)
+    want_y = ref.conv2d(x, f, bias=b)
+    dy = rand(rng, want_y.shape, "float32", 1.0)
+    want_dx = ref.conv2d_backprop_input(dy, f, x.shape)
+    for isa in _isas():
+        with on_cpu_isa(K, isa):
+            assert_bits_equal(K.conv2d(x, f, bias=b), want_y, f"{isa} forward")
+            assert_bits_equal(K.conv2d_backprop_input(dy, f, x.shape), want_dx, f"{isa} dx")
 
 
 def test_packed_filter_gradient_3d(rng):

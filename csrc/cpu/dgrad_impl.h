@@ -643,7 +643,7 @@ struct DgradKernels : KernelBase<V> {
       ConvProblem q = p;
       q.C = q.Cg = p.Co;
       q.Co = p.C;
-      FpropKernels<V>::template fprop_1x1<Base::PG, NV>(q, dy, f, nullptr, dx, ex, true);
+      FpropKernels<V>::fprop_gemm(q, dy, f, nullptr, dx, ex, true);
       return;
     }
     // Measured (AVX-512): PD 8 vs PW 6, dx geomean 0.71 -> 0.83 of oneDNN; rows of 7, 14 or 28 in whole blocks of 7.

@@ -446,6 +446,24 @@ struct FpropKernels : KernelBase<V> {
     });
   }
 
+  // Whether a 1x1 problem's outputs (Co channels) fill the ISA's wide GEMM tile (V::Wide::kGemm).
+  static bool wide_gemm(const ConvProblem& p) {
+    return Base::kWideGemm && p.Co % (Base::WideTile::kGemm[1] * kLanes) == 0;
+  }
+  // fprop_1x1 on the wide GEMM tile where wide_gemm(p), else on PG x NV blocks. AVX-512's 7x4 against
+  // 8x2, as input gradients (f_transposed; Intel Xeon, batch 8, two threads, in one process, ms): 1x1
+  // 56x56 256->64 3.32 -> 3.08, 64->256 2.81 -> 2.71, 14x14 1024->256 2.88 -> 2.79, 7x7 2048->512 even.
+  static void fprop_gemm(const ConvProblem& p, const Rows<T>& x, const T* f, const T* bias, const OutSpec& y,
+                         const CpuExecutor& ex, bool f_transposed = false) {
+    if constexpr (Base::kWideGemm) {
+      if (wide_gemm(p)) {
+        fprop_1x1<Base::WideTile::kGemm[0], Base::WideTile::kGemm[1]>(p, x, f, bias, y, ex, f_transposed);
+        return;
+      }
+    }
+    fprop_1x1<Base::PG, NV>(p, x, f, bias, y, ex, f_transposed);
+  }
+
   // One depthwise block: NP output pixels x NW vectors of channels, folded
   // over (kh, kw) on private accumulators (see micro()). xs: channels per input pixel.
   // S: x's element type (T, or Half16 widened as loaded).
@@ -602,11 +620,13 @@ struct FpropKernels : KernelBase<V> {
     if (p.Cg == 1 && p.Cog() < kLanes) {
       if (!fprop_dw3<T>(p, x, f, bias, y, ex)) fprop_dw<PW, NV, 0>(p, x, f, bias, y, ex);
     } else if (Base::flat_pixels(p) && p.G == 1 &&
-               (Base::PG > Base::PF || p.filter_elems() * i64(sizeof(T)) > Base::kFilterL2Bytes)) {
+               (wide_gemm(p) || Base::PG > Base::PF || p.filter_elems() * i64(sizeof(T)) > Base::kFilterL2Bytes)) {
       // Where its register block is the larger one (AVX2: 6x2 against 4x2; batch 8, two threads, in one
       // process: 1x1 56x56 256->64 6.51 -> 5.83 ms, 64->256 6.94 -> 6.14, 28x28 512->128 5.98 -> 5.12;
-      // AVX-512, 8x2 both: within noise), or the filter is past L2 (AVX2: 1x1 7x7x2048 0.69 -> 0.85 of oneDNN).
-      fprop_1x1<Base::PG, NV>(p, x, f, bias, y, ex);
+      // AVX-512: its 7x4 GEMM tile, against the 7x4 dense tile, Intel Xeon: 56x56 256->64 2.94 -> 2.81,
+      // 64->256 3.25 -> 3.06, 14x14 1024->256 2.64 -> 2.61), or the filter is past L2 (AVX2: 1x1 7x7x2048
+      // 0.69 -> 0.85 of oneDNN).
+      fprop_gemm(p, x, f, bias, y, ex);
     } else if (Base::kWideFwd && p.Cog() % (Base::WideTile::kFwd[1] * kLanes) == 0) {
       // Groups of whole 4-vector channel blocks: the ISA's wide forward tile (past L2, with the memory
       // tile). Batch 8, two threads, in one process (ms):

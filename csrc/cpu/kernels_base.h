@@ -17,11 +17,11 @@
 
 // Tile shapes an ISA names for wide groups (V::Wide: {pixels or input
 // channels, vectors} per pass, {0, 0} for none; only the float32 paths name
-// any: AVX-512 for every pass, AVX2 for the forward and the input gradient;
-// kDxMin: the narrowest block an input-gradient row may end with).
+// any: AVX-512 for every pass and the 1x1 GEMM, AVX2 for the forward and the
+// input gradient; kDxMin: the narrowest block an input-gradient row may end with).
 template <class V, class = void>
 struct WideTiles {
-  struct None { static constexpr int kFwd[2] = {0, 0}, kDw[2] = {0, 0}, kDx[2] = {0, 0}, kDxMin = 0; };
+  struct None { static constexpr int kFwd[2] = {0, 0}, kDw[2] = {0, 0}, kDx[2] = {0, 0}, kDxMin = 0, kGemm[2] = {0, 0}; };
   using Tile = None;
 };
 template <class V>
@@ -41,7 +41,8 @@ template <class V>
 struct KernelBase {
   // The ISA's wide tiles (V::Wide), per pass; {0, 0}: none for that pass.
   using WideTile = typename WideTiles<V>::Tile;
-  static constexpr bool kWideFwd = WideTile::kFwd[0] > 0, kWideDx = WideTile::kDx[0] > 0, kWideDw = WideTile::kDw[0] > 0;
+  static constexpr bool kWideFwd = WideTile::kFwd[0] > 0, kWideDx = WideTile::kDx[0] > 0, kWideDw = WideTile::kDw[0] > 0,
+                        kWideGemm = WideTile::kGemm[0] > 0;
   using T = typename V::T;
   using Vec = typename V::R;
   // What every shard opens with: subnormals honoured, V's rounding (FpEnvGuard).
