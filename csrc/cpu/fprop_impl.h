@@ -635,9 +635,9 @@ struct FpropKernels : KernelBase<V> {
       //   256->64 4.81 -> 4.68, 64->256 5.01 -> 4.74, 14x14 1024->256 4.19 -> 4.12;
       //   AVX-512 (Intel Xeon, two 512-bit fma ports: 4x4's four filter loads per 16 fmas came from L2 at
       //   32 bytes a cycle), 7x4 against 4x4: C3D block 63.5 -> 58.4, 3x3 56x56x64 5.95 -> 5.40, 28x28x128
-      //   5.98 -> 5.27, 19x19x128 2.94 -> 2.53, 112x112 32->64 11.92 -> 11.01, 1x1 56x56 64->256 3.40 ->
-      //   3.20; 14x14x256 and 7x7x512 (7x4 already: past L2) even; ending rows in narrower blocks instead
-      //   of running the last 7 past the row: even at 19 wide, 2-3% slower at 56 and 28;
+      //   5.98 -> 5.27, 19x19x128 2.94 -> 2.53, 112x112 32->64 11.92 -> 11.01; 14x14x256 and 7x7x512
+      //   (7x4 already: past L2) even; ending rows in narrower blocks instead of running the last 7 past
+      //   the row: even at 19 wide, 2-3% slower at 56 and 28 (1x1 layers now take the GEMM above);
       //   AVX2, 3x4 against 6x2 (12 chains both): C3D block 99.6 -> 97.2, 3x3 56x56x64 9.36 -> 8.94,
       //   28x28x128 9.09 -> 8.82, 14x14x256 8.91 -> 8.67, 7x7x512 11.03 -> 8.85, 112x112 19.25 -> 18.80.
       if constexpr (Base::kWideFwd)  // (ISAs without the tile never instantiate it)

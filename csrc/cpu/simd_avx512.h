@@ -11,8 +11,9 @@ struct VF {
   // 6.3 ms). Input gradient and forward: 7 pixels x 4 vectors, 28 accumulators (GCC keeps one of them on
   // the stack: 33 registers with the filter vectors and the broadcast); 4x4 before, whose 4 filter loads
   // per 16 fmas came from L2 faster than Intel's L2 delivers them at two 512-bit fmas a cycle. Input
-  // gradient rows end in narrower blocks of at least kDxMin pixels; the 1x1 GEMM (kGemm) too, for outputs
-  // of whole 4-vector blocks. FpropKernels::fprop, fprop_gemm and DgradKernels::dgrad have the numbers.
+  // gradient rows end in narrower blocks of at least kDxMin pixels. The 1x1 GEMM takes 7x4 blocks too
+  // (kGemm) where its outputs are whole 4-vector blocks. FpropKernels::fprop, fprop_gemm and
+  // DgradKernels::dgrad have the numbers.
   struct Wide {
     static constexpr int kFwd[2] = {7, 4}, kDw[2] = {6, 4}, kDx[2] = {7, 4}, kDxMin = 4, kGemm[2] = {7, 4};
   };
