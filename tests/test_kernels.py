@@ -436,10 +436,14 @@ def test_large_pointwise_gemm_path(rng, dtype, accumulation):
 
 
 # Filters past 1 MiB (float32) reorder the dense forward and input-gradient units (channel blocks outermost);
+# past 512 KiB a channel block's forward folds through a memory tile or takes a narrower tile (AVX-512);
 # a 1x1 dx (past 512 KiB too) runs as the forward GEMM of dy with the filter read transposed. Unit order
 # never changes bits: every pass against the reference, every ISA path.
 LARGE_FILTER_CASES = [
     ("3x3-1.5MiB", (2, 4, 5, 256), (3, 3, 256, 160), 1, "SAME"),
+    # a 64-channel block's packed filter past 512 KiB, a 32-channel block's not, rows of 14: AVX-512's
+    # forward takes 14x2 blocks in registers there instead of the memory tile
+    ("3x3-540KiB-rows-of-14", (1, 3, 14, 240), (3, 3, 240, 64), 1, "SAME"),
     ("1x1-566KiB", (2, 3, 5, 520), (1, 1, 520, 272), 1, "VALID"),
     ("1x1-s2-566KiB", (1, 5, 6, 520), (1, 1, 520, 272), 2, "SAME"),
 ]

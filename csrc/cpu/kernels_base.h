@@ -18,10 +18,11 @@
 // Tile shapes an ISA names for wide groups (V::Wide: {pixels or input
 // channels, vectors} per pass, {0, 0} for none; only the float32 paths name
 // any: AVX-512 for every pass and the 1x1 GEMM, AVX2 for the forward and the
-// input gradient; kDxMin: the narrowest block an input-gradient row may end with).
+// input gradient; kDxMin: the narrowest block an input-gradient row may end with;
+// kFwdPastL2: a narrower forward tile for filters whose kFwd block is past L2).
 template <class V, class = void>
 struct WideTiles {
-  struct None { static constexpr int kFwd[2] = {0, 0}, kDw[2] = {0, 0}, kDx[2] = {0, 0}, kDxMin = 0, kGemm[2] = {0, 0}; };
+  struct None { static constexpr int kFwd[2] = {0, 0}, kFwdPastL2[2] = {0, 0}, kDw[2] = {0, 0}, kDx[2] = {0, 0}, kDxMin = 0, kGemm[2] = {0, 0}; };
   using Tile = None;
 };
 template <class V>

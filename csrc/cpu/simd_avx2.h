@@ -10,7 +10,7 @@ struct VF {
   // tile for the 3-D input gradient (C3D block, in one process: 101.6 -> 99.6 and 102.7 -> 100.2 ms
   // against 6x2 tail blocks; 2-D rows keep their tail blocks: DgradKernels::dgrad).
   struct Wide {
-    static constexpr int kFwd[2] = {3, 4}, kDw[2] = {0, 0}, kDx[2] = {3, 4}, kDxMin = 3, kGemm[2] = {0, 0};
+    static constexpr int kFwd[2] = {3, 4}, kFwdPastL2[2] = {0, 0}, kDw[2] = {0, 0}, kDx[2] = {3, 4}, kDxMin = 3, kGemm[2] = {0, 0};
   };
   static R zero() { return _mm256_setzero_ps(); }
   static R load(const T* p) { return _mm256_loadu_ps(p); }

@@ -11,11 +11,13 @@ struct VF {
   // 6.3 ms). Input gradient and forward: 7 pixels x 4 vectors, 28 accumulators (GCC keeps one of them on
   // the stack: 33 registers with the filter vectors and the broadcast); 4x4 before, whose 4 filter loads
   // per 16 fmas came from L2 faster than Intel's L2 delivers them at two 512-bit fmas a cycle. Input
-  // gradient rows end in narrower blocks of at least kDxMin pixels. The 1x1 GEMM takes 7x4 blocks too
-  // (kGemm) where its outputs are whole 4-vector blocks. FpropKernels::fprop, fprop_gemm and
-  // DgradKernels::dgrad have the numbers.
+  // gradient rows end in narrower blocks of at least kDxMin pixels. Forward passes whose 4-vector filter
+  // block is past L2 (3x3x256) take 14 pixels x 2 vectors on rows of 14 and 28 (kFwdPastL2). The 1x1
+  // GEMM takes 7x4 blocks too (kGemm) where its outputs are whole 4-vector blocks. FpropKernels::fprop,
+  // fprop_gemm and DgradKernels::dgrad have the numbers.
   struct Wide {
-    static constexpr int kFwd[2] = {7, 4}, kDw[2] = {6, 4}, kDx[2] = {7, 4}, kDxMin = 4, kGemm[2] = {7, 4};
+    static constexpr int kFwd[2] = {7, 4}, kFwdPastL2[2] = {14, 2}, kDw[2] = {6, 4}, kDx[2] = {7, 4}, kDxMin = 4,
+                         kGemm[2] = {7, 4};
   };
   static R zero() { return _mm512_setzero_ps(); }
   static R load(const T* p) { return _mm512_loadu_ps(p); }
