@@ -214,9 +214,9 @@ struct KernelBase {
   // __may_alias__ vector types would otherwise force a store after every fma).
   // NW vectors per pixel (default NV); w holds kLanes * NW values per i.
   // PF: each iteration prefetches its filter lines kPrefetchAhead bytes on (a filter streaming from L2:
-  // Intel's hardware prefetchers left the AVX2 3x4 tile's loads waiting on L2, batch 8, two threads, in
-  // one process: C3D block forward 133.4 -> 114.6 ms, dx 137.7 -> 113.8; 3x3 28x28x128 forward 12.0 ->
-  // 10.7, 7x7x512 11.7 -> 10.0; AVX-512 3-5%).
+  // Intel's hardware prefetchers left the AVX2 3x4 tile's loads waiting on L2; batch 8, two threads, two
+  // builds in alternating processes: C3D block forward 121 -> 109 and 125 -> 109 ms, dx 129 -> 111 and
+  // 132 -> 111; 3x3 28x28x128 forward 11.0 -> 10.4 and 11.5 -> 10.2; AVX-512 within noise to 7%).
   template <int NP, int NW = NV, bool PF = false>
   static inline __attribute__((always_inline)) void micro_regs(Vec (&r)[NP][NW], const T* const (&xp)[NP], const T* w,
                                                                i64 n) {
