@@ -465,6 +465,31 @@ def test_large_filters_every_pass(rng, case):
             assert_bits_equal(K.conv2d_backprop_filter(x, dy, f.shape, s, padding), want_dw, f"{isa} dw")
 
 
+# Filter gradients whose chunks' x and dy rows pass 1 MiB (2 MiB where the tile packs x) fold in sub-runs of
+# whole rows on the SIMD paths (WgradKernels::sub_runs): 3x3 512->512 on 25x44, two chunks of 550 positions
+# (2.2 MB of rows each), three sub-runs per chunk, padded rows and columns. The reference takes minutes
+# here, so the oracle is the scalar path (whole-chunk tiles), which every other test holds to the reference.
+SUB_RUN_CASES = [
+    ("3x3-512-25x44", (1, 25, 44, 512), (3, 3, 512, 512), 1, "SAME"),
+]
+
+
+@pytest.mark.parametrize("case", SUB_RUN_CASES, ids=[c[0] for c in SUB_RUN_CASES])
+def test_filter_gradient_sub_runs(rng, case):
+    _, x_shape, f_shape, s, padding = case
+    x = rand(rng, x_shape, "float32", 1.0)
+    dy_shape = (x_shape[0], -(-x_shape[1] // s), -(-x_shape[2] // s), f_shape[-1])
+    dy = rand(rng, dy_shape, "float32", 1.0)
+    with on_cpu_isa(K, "scalar"):
+        want = K.conv2d_backprop_filter(x, dy, f_shape, s, padding)
+    simd = [i for i in _isas() if i != "scalar"]
+    if not simd:
+        pytest.skip("no SIMD path on this CPU")
+    for isa in simd:
+        with on_cpu_isa(K, isa):
+            assert_bits_equal(K.conv2d_backprop_filter(x, dy, f_shape, s, padding), want, f"{isa} dw")
+
+
 # 1x1 layers whose outputs fill whole 4-vector blocks take AVX-512's wide GEMM tile (7 pixels x 4 vectors),
 # forward (with bias) and input gradient: folds of 192 and 320 in chunks of 128 through the memory tile,
 # of 128 in registers; 30 pixels = 4 blocks of 7 + 2; every ISA path.

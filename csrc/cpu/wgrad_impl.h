@@ -127,10 +127,41 @@ struct WgradKernels : KernelBase<V> {
       for (int j = 0; j < NW; ++j) a[t][j] = V::fma(V::zero(), z[j], a[t][j]);
   }
 
+  // One output row segment of a dense dw tile's fold: seg positions from
+  // (n, oh, ow). Positions [lo, hi) meet a column inside the row; the runs
+  // before and after them (and whole padded rows) read +0 and take one fma
+  // each (fold_padded_run).
+  template <int NI, int NW>
+  static inline __attribute__((always_inline)) void fold_segment(Vec (&a)[NI][NW], const ConvProblem& p, i64 n,
+                                                                 i64 oh, i64 ow, i64 seg, i64 kh, i64 kw,
+                                                                 const Rows<T>& x, i64 xoff, const Rows<T>& dy,
+                                                                 i64 dyoff) {
+    const i64 ih = fprop_in_row(p, oh, kh), iw0 = fprop_in_col(p, ow, kw);
+    const T* dyr = dy.row(n * p.OH + oh) + ow * p.Co + dyoff;
+    i64 lo = seg, hi = seg;
+    if (ih >= 0 && ih < p.H) {
+      lo = std::min(seg, iw0 >= 0 ? 0 : ceil_div(-iw0, p.sw));
+      hi = std::max(lo, std::min(seg, p.W - 1 - iw0 < 0 ? 0 : (p.W - 1 - iw0) / p.sw + 1));
+    }
+    fold_padded_run<NI, NW>(a, dyr, p.Co, lo);  // the run before [lo, hi) (a padded row: all of it)
+    if (hi > lo) {
+      const T* xp = x.row(n * p.H + ih) + xoff + (iw0 + lo * p.sw) * p.C;
+      const T* d = dyr + lo * p.Co;
+      for (i64 e = lo; e < hi; ++e, xp += p.sw * p.C, d += p.Co) {
+        __builtin_prefetch(d + kAheadR * p.Co);  // dy strides by whole pixels: ahead of the hardware
+        Vec dv[NW];
+        for (int j = 0; j < NW; ++j) dv[j] = V::load(d + j * kLanes);
+        for (int t = 0; t < NI; ++t) {
+          const Vec xv = V::bcast(xp[t]);
+          for (int j = 0; j < NW; ++j) a[t][j] = V::fma(xv, dv[j], a[t][j]);
+        }
+      }
+    }
+    fold_padded_run<NI, NW>(a, dyr + hi * p.Co, p.Co, seg - hi);  // the run after
+  }
+
   // The r loop of one dense dw tile, on private accumulators (see micro()),
-  // one output row segment at a time. Positions [lo, hi) of a segment meet a
-  // column inside the row; the runs before and after them (and whole padded
-  // rows) read +0 and take one fma each (fold_padded_run).
+  // one output row segment at a time.
   template <int NI, int NW>
   static inline __attribute__((always_inline)) void wgrad_dense_fold(Vec (&acc)[NI][NW], const ConvProblem& p,
                                                                      const Chunks& ch, i64 k, i64 kh, i64 kw,
@@ -144,28 +175,7 @@ struct WgradKernels : KernelBase<V> {
     split_r(p, ch.begin(k), n, oh, ow);
     for (i64 r = ch.begin(k), end = ch.end(k); r < end; ow = 0, oh = oh + 1 == p.OH ? 0 : oh + 1, n += oh == 0) {
       const i64 seg = std::min(end - r, p.OW - ow);
-      const i64 ih = fprop_in_row(p, oh, kh), iw0 = fprop_in_col(p, ow, kw);
-      const T* dyr = dy.row(n * p.OH + oh) + ow * p.Co + dyoff;
-      i64 lo = seg, hi = seg;
-      if (ih >= 0 && ih < p.H) {
-        lo = std::min(seg, iw0 >= 0 ? 0 : ceil_div(-iw0, p.sw));
-        hi = std::max(lo, std::min(seg, p.W - 1 - iw0 < 0 ? 0 : (p.W - 1 - iw0) / p.sw + 1));
-      }
-      fold_padded_run<NI, NW>(a, dyr, p.Co, lo);  // the run before [lo, hi) (a padded row: all of it)
-      if (hi > lo) {
-        const T* xp = x.row(n * p.H + ih) + xoff + (iw0 + lo * p.sw) * p.C;
-        const T* d = dyr + lo * p.Co;
-        for (i64 e = lo; e < hi; ++e, xp += p.sw * p.C, d += p.Co) {
-          __builtin_prefetch(d + kAheadR * p.Co);  // dy strides by whole pixels: ahead of the hardware
-          Vec dv[NW];
-          for (int j = 0; j < NW; ++j) dv[j] = V::load(d + j * kLanes);
-          for (int t = 0; t < NI; ++t) {
-            const Vec xv = V::bcast(xp[t]);
-            for (int j = 0; j < NW; ++j) a[t][j] = V::fma(xv, dv[j], a[t][j]);
-          }
-        }
-      }
-      fold_padded_run<NI, NW>(a, dyr + hi * p.Co, p.Co, seg - hi);  // the run after
+      fold_segment<NI, NW>(a, p, n, oh, ow, seg, kh, kw, x, xoff, dy, dyoff);
       r += seg;
     }
     for (int t = 0; t < NI; ++t)
@@ -368,6 +378,108 @@ struct WgradKernels : KernelBase<V> {
             const i64 e = joint ? (kh * p.KW + rows.kw[t]) * p.Cg + rows.i[t] : (kh * p.KW + kw) * p.Cg + i0 + t;
             parts.put(k, e * p.Co + g * cog + ol0, acc[t][j], cog - ol0, tmp);
           }
+      }
+    });
+  }
+
+  // Sub-runs: where a chunk's x and dy rows (L positions of C + Co values)
+  // outgrow what L2 keeps next to the rest, every tile streamed them from
+  // memory again. Instead the tiles of one (g, kh) go through the chunk
+  // together, a sub-run of whole output row segments (>= kSubRun positions)
+  // at a time, keeping their accumulators in memory between sub-runs (an
+  // exact round trip: each fold is still r ascending). Where the dense tile
+  // would pack x (Base: nb >= 8 o-blocks share it), only past twice the
+  // bytes (it streams x once per tile then; AVX2 3x3 28x28 256->256, 1.6 MB
+  // rows: 42 -> 49 ms with sub-runs). Batch 8 (3-D: 2 x 16 deep), two
+  // threads, in one process, ms (Intel Xeon):
+  //   AVX-512: 3x3 56x56 256->256 374 -> 93; 3x3x3 14x14 256->256 160 -> 75,
+  //   28x28 128->128 114 -> 72, 56x56 64->64 (C3D) 76.6 -> 73.7, 75.2 ->
+  //   72.5; 3x3 28x28 256->256 25.3 -> 24.4; (below the bytes: 3x3 56x56
+  //   128->128, 0.9 MB, 23.4 -> 24.0; 112x112 64->64 24.4 -> 25.0);
+  //   AVX2: 3x3 56x56 256->256 457 -> 181; 3x3x3 14x14 256->256 195 -> 157,
+  //   28x28 128->128 161 -> 133, C3D 128 -> 126.
+  // The portable path keeps whole-chunk tiles (V::kSubRuns): the tests'
+  // oracle where the reference would take minutes.
+  static constexpr i64 kSubRun = 224, kSubRunBytes = i64(1) << 20;
+  static bool sub_runs(const ConvProblem& p, const Chunks& ch, int NW) {
+    if (!V::kSubRuns || Base::flat_pixels(p)) return false;
+    const bool packs = ceil_div(p.Cog(), NW * kLanes) >= 8;  // wgrad_dense's pack
+    return ch.L * (p.C + p.Co) * i64(sizeof(T)) > (packs ? 2 : 1) * kSubRunBytes;
+  }
+
+  struct Seg { i64 n, oh, ow, len; };  // an output row segment: len positions from (n, oh, ow)
+
+  // fold_segment over segments [s0, s1), from the accumulators at st (+0: st null).
+  template <int NI, int NW>
+  static inline __attribute__((always_inline)) void fold_segments(Vec (&acc)[NI][NW], const T* st, const ConvProblem& p,
+                                                                  const Seg* s0, const Seg* s1, i64 kh, i64 kw,
+                                                                  const Rows<T>& x, i64 xoff, const Rows<T>& dy,
+                                                                  i64 dyoff) {
+    Vec a[NI][NW];
+    for (int t = 0; t < NI; ++t)
+      for (int j = 0; j < NW; ++j) a[t][j] = st ? V::load(st + (t * NW + j) * kLanes) : V::zero();
+    for (const Seg* s = s0; s < s1; ++s) fold_segment<NI, NW>(a, p, s->n, s->oh, s->ow, s->len, kh, kw, x, xoff, dy, dyoff);
+    for (int t = 0; t < NI; ++t)
+      for (int j = 0; j < NW; ++j) acc[t][j] = a[t][j];
+  }
+
+  // Dense tiles in sub-runs (sub_runs above): the same tiles, units and
+  // sinks as wgrad_dense, its unit order ((k*G + g)*KH + kh, then kw, bi, b).
+  template <int NI, int NW>
+  static void wgrad_dense_subruns(const ConvProblem& p, const Chunks& ch, const Rows<T>& x, const Rows<T>& dy,
+                                  const PartSink& parts, const CpuExecutor& ex) {
+    constexpr int BW = kLanes * NW;
+    const i64 cog = p.Cog(), nb = ceil_div(cog, BW), ib = ceil_div(p.Cg, NI);
+    const i64 row_tiles = p.KW * ib * nb;  // the tiles of one (g, kh)
+    const i64 tiles = p.G * p.KH * row_tiles;
+    for_chunk_tiles(ch, tiles, ch.L * NI * BW, parts, ex, [&](i64 u0, i64 u1) {
+      FpEnv guard;
+      alignas(64) T tmp[kLanes];
+      std::vector<Seg> segs;
+      std::vector<T> state;  // the accumulators of tiles [t0, t1) between sub-runs
+      i64 seg_chunk = -1;
+      for (i64 u = u0; u < u1;) {
+        // Tiles [t0, t1) of chunk k: one (g, kh) and this range's share of it.
+        const i64 k = u / tiles, t0 = u % tiles, grp = t0 / row_tiles;
+        const i64 t1 = std::min(u1 - k * tiles, (grp + 1) * row_tiles);
+        if (seg_chunk != k) {  // chunk k's row segments, r ascending
+          segs.clear();
+          i64 n, oh, ow;
+          split_r(p, ch.begin(k), n, oh, ow);
+          for (i64 r = ch.begin(k), end = ch.end(k); r < end; ow = 0, oh = oh + 1 == p.OH ? 0 : oh + 1, n += oh == 0) {
+            const i64 seg = std::min(end - r, p.OW - ow);
+            segs.push_back(Seg{n, oh, ow, seg});
+            r += seg;
+          }
+          seg_chunk = k;
+        }
+        const i64 g = grp / p.KH, kh = grp % p.KH;
+        state.resize(size_t((t1 - t0) * NI * NW * kLanes));
+        for (size_t s0 = 0; s0 < segs.size();) {
+          size_t s1 = s0;
+          for (i64 len = 0; s1 < segs.size() && len < kSubRun;) len += segs[s1++].len;
+          for (i64 t = t0; t < t1; ++t) {
+            const i64 rem = t % row_tiles, b = rem % nb, bi = rem / nb % ib, kw = rem / nb / ib;
+            const i64 i0 = bi * NI, o0 = g * cog + b * BW;
+            T* st = state.data() + (t - t0) * NI * NW * kLanes;
+            Vec a[NI][NW];
+            fold_segments<NI, NW>(a, s0 == 0 ? nullptr : st, p, segs.data() + s0, segs.data() + s1, kh, kw, x, g * p.Cg + i0, dy, o0);
+            if (s1 < segs.size()) {
+              for (int q = 0; q < NI; ++q)
+                for (int j = 0; j < NW; ++j) V::store(st + (q * NW + j) * kLanes, a[q][j]);
+              continue;
+            }
+            for (int q = 0; q < NI; ++q)
+              for (int j = 0; j < NW; ++j) {
+                if (q >= p.Cg - i0) continue;
+                const i64 ol0 = b * BW + j * kLanes;
+                const i64 e = (kh * p.KW + kw) * p.Cg + i0 + q;
+                parts.put(k, e * p.Co + g * cog + ol0, a[q][j], cog - ol0, tmp);
+              }
+          }
+          s0 = s1;
+        }
+        u = k * tiles + t1;
       }
     });
   }
@@ -579,8 +691,14 @@ struct WgradKernels : KernelBase<V> {
       else if (dw33(p)) wgrad_dw33<2, T>(p, ch, x, dy, parts, ex);
       else if (p.Cg == 1 && p.Cog() < kLanes) wgrad_dw(p, ch, x, dy, parts, ex);
       else if (p.G == 1 && p.dw == 1 && p.Cg < TI && p.KW > 1) wgrad_joint(p, ch, x, dy, parts, ex);
-      else if (Base::kWideDw && p.Cog() >= WW * kLanes) wgrad_dense<WI, WW>(p, ch, x, dy, parts, ex);
-      else wgrad_dense<TI, NV>(p, ch, x, dy, parts, ex);
+      else if (Base::kWideDw && p.Cog() >= WW * kLanes) {
+        if (sub_runs(p, ch, WW)) wgrad_dense_subruns<WI, WW>(p, ch, x, dy, parts, ex);
+        else wgrad_dense<WI, WW>(p, ch, x, dy, parts, ex);
+      } else if (sub_runs(p, ch, NV)) {
+        wgrad_dense_subruns<TI, NV>(p, ch, x, dy, parts, ex);
+      } else {
+        wgrad_dense<TI, NV>(p, ch, x, dy, parts, ex);
+      }
     });
   }
 
