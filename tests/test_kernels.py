@@ -465,12 +465,14 @@ def test_large_filters_every_pass(rng, case):
             assert_bits_equal(K.conv2d_backprop_filter(x, dy, f.shape, s, padding), want_dw, f"{isa} dw")
 
 
-# Filter gradients whose chunks' x and dy rows pass 1 MiB (2 MiB where the tile packs x) fold in sub-runs of
-# whole rows on the SIMD paths (WgradKernels::sub_runs): 3x3 512->512 on 25x44, two chunks of 550 positions
-# (2.2 MB of rows each), three sub-runs per chunk, padded rows and columns. The reference takes minutes
-# here, so the oracle is the scalar path (whole-chunk tiles), which every other test holds to the reference.
+# Filter gradients whose chunks' x and dy rows pass 1 MiB fold in sub-runs of whole rows on the SIMD paths
+# (WgradKernels::sub_runs), padded rows and columns included: 3x3 512->512 on 25x44, two chunks of 550
+# positions (2.2 MB of rows), three sub-runs each, x packed (8+ output-channel blocks); 1024->96 on 36x40,
+# five chunks of 288 (1.3 MB), two sub-runs each, x read in place. The reference takes minutes here, so
+# the oracle is the scalar path (whole-chunk tiles), which every other test holds to the reference.
 SUB_RUN_CASES = [
-    ("3x3-512-25x44", (1, 25, 44, 512), (3, 3, 512, 512), 1, "SAME"),
+    ("3x3-512-25x44-packed", (1, 25, 44, 512), (3, 3, 512, 512), 1, "SAME"),
+    ("3x3-1024-96-36x40", (1, 36, 40, 1024), (3, 3, 1024, 96), 1, "SAME"),
 ]
 
 

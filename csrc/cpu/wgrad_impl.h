@@ -257,27 +257,35 @@ struct WgradKernels : KernelBase<V> {
     split_r(p, ch.begin(k), n, oh, ow);
     for (i64 r = ch.begin(k), end = ch.end(k); r < end; ow = 0, oh = oh + 1 == p.OH ? 0 : oh + 1, n += oh == 0) {
       const i64 seg = std::min(end - r, p.OW - ow);
-      const i64 ih = fprop_in_row(p, oh, kh), c0 = fprop_in_col(p, ow, 0);
-      const T* xr = ih >= 0 && ih < p.H ? x.row(n * p.H + ih) + xoff : nullptr;
-      for (i64 e = 0; e < seg; ++e, xp += NI) {
-        const i64 c = c0 + e * p.sw;  // column of tap 0
-        if (xr && c + rows.kw_lo * p.dw >= 0 && c + rows.kw_hi * p.dw < p.W) {
-          const T* src = xr + c * p.C;
-          // A stem's (kw, i) pairs are one run of x: one vector copy instead of NI scalar ones (one process,
-          // batch 8, two threads: stem 7x7/2 224 filter gradient AVX-512 16.25 -> 15.24 ms and 16.10 -> 15.05,
-          // AVX2 17.42 -> 16.27).
-          if (rows.contiguous) std::memcpy(xp, src + rows.off[0], NI * sizeof(T));
-          else
-            for (int t = 0; t < NI; ++t) xp[t] = src[rows.off[t]];
-        } else {
-          for (int t = 0; t < NI; ++t) {
-            const i64 iw = c + rows.kw[t] * p.dw;
-            xp[t] = xr && iw >= 0 && iw < p.W ? xr[iw * p.C + rows.i[t]] : T(0);
-          }
-        }
-      }
+      xp = pack_segment<NI, joint>(p, n, oh, ow, seg, kh, rows, x, xoff, xp);
       r += seg;
     }
+  }
+
+  // pack_x for one output row segment: seg positions from (n, oh, ow); returns the end of what it wrote.
+  template <int NI, bool joint>
+  static T* pack_segment(const ConvProblem& p, i64 n, i64 oh, i64 ow, i64 seg, i64 kh,
+                         const TileRows<NI, joint>& rows, const Rows<T>& x, i64 xoff, T* xp) {
+    const i64 ih = fprop_in_row(p, oh, kh), c0 = fprop_in_col(p, ow, 0);
+    const T* xr = ih >= 0 && ih < p.H ? x.row(n * p.H + ih) + xoff : nullptr;
+    for (i64 e = 0; e < seg; ++e, xp += NI) {
+      const i64 c = c0 + e * p.sw;  // column of tap 0
+      if (xr && c + rows.kw_lo * p.dw >= 0 && c + rows.kw_hi * p.dw < p.W) {
+        const T* src = xr + c * p.C;
+        // A stem's (kw, i) pairs are one run of x: one vector copy instead of NI scalar ones (one process,
+        // batch 8, two threads: stem 7x7/2 224 filter gradient AVX-512 16.25 -> 15.24 ms and 16.10 -> 15.05,
+        // AVX2 17.42 -> 16.27).
+        if (rows.contiguous) std::memcpy(xp, src + rows.off[0], NI * sizeof(T));
+        else
+          for (int t = 0; t < NI; ++t) xp[t] = src[rows.off[t]];
+      } else {
+        for (int t = 0; t < NI; ++t) {
+          const i64 iw = c + rows.kw[t] * p.dw;
+          xp[t] = xr && iw >= 0 && iw < p.W ? xr[iw * p.C + rows.i[t]] : T(0);
+        }
+      }
+    }
+    return xp;
   }
 
   // n positions of a tile's fold: x at xq (stride xstep), dy at d (stride Co).
@@ -318,6 +326,9 @@ struct WgradKernels : KernelBase<V> {
       for (int j = 0; j < NW; ++j) acc[t][j] = a[t][j];
   }
 
+  // Dense tiles pack x (pack_x, pack_segment) where this many o-blocks share it.
+  static constexpr i64 kPackBlocks = 8;
+
   // Dense: lanes over BW = NW vectors of output channels of one group, NI
   // consecutive i of one (kh, kw) tap in registers; the fold runs over r
   // inside one chunk.
@@ -331,7 +342,7 @@ struct WgradKernels : KernelBase<V> {
     const bool flat = Base::flat_pixels(p);
     // Packing x costs about one unit's fmas; it pays where many o-blocks share
     // it (and joint tiles need it).
-    const bool pack = nb >= 8 || joint;
+    const bool pack = nb >= kPackBlocks || joint;
     for_chunk_tiles(ch, tiles, ch.L * NI * BW, parts, ex, [&](i64 u0, i64 u1) {
       FpEnv guard;
       alignas(64) T tmp[kLanes];
@@ -387,24 +398,22 @@ struct WgradKernels : KernelBase<V> {
   // memory again. Instead the tiles of one (g, kh) go through the chunk
   // together, a sub-run of whole output row segments (>= kSubRun positions)
   // at a time, keeping their accumulators in memory between sub-runs (an
-  // exact round trip: each fold is still r ascending). Where the dense tile
-  // would pack x (Base: nb >= 8 o-blocks share it), only past twice the
-  // bytes (it streams x once per tile then; AVX2 3x3 28x28 256->256, 1.6 MB
-  // rows: 42 -> 49 ms with sub-runs). Batch 8 (3-D: 2 x 16 deep), two
-  // threads, in one process, ms (Intel Xeon):
+  // exact round trip: each fold is still r ascending), x packed per sub-run
+  // where wgrad_dense packs it. Batch 8 (3-D: 2 x 16 deep), two threads, in
+  // one process, ms (Intel Xeon):
   //   AVX-512: 3x3 56x56 256->256 374 -> 93; 3x3x3 14x14 256->256 160 -> 75,
   //   28x28 128->128 114 -> 72, 56x56 64->64 (C3D) 76.6 -> 73.7, 75.2 ->
-  //   72.5; 3x3 28x28 256->256 25.3 -> 24.4; (below the bytes: 3x3 56x56
+  //   72.5; 3x3 28x28 256->256 25.3 -> 24.4; (below kSubRunBytes: 3x3 56x56
   //   128->128, 0.9 MB, 23.4 -> 24.0; 112x112 64->64 24.4 -> 25.0);
-  //   AVX2: 3x3 56x56 256->256 457 -> 181; 3x3x3 14x14 256->256 195 -> 157,
-  //   28x28 128->128 161 -> 133, C3D 128 -> 126.
+  //   AVX2: 3x3 56x56 256->256 457 -> 159; 3x3x3 14x14 256->256 195 -> 129,
+  //   28x28 128->128 161 -> 123, C3D 128 -> 126; 3x3 28x28 256->256 42.1 ->
+  //   41.3, 43.2 -> 41.8 (x packed per sub-run: unpacked, 48 ms; packing
+  //   where 2 or 4 o-blocks share x instead, AVX-512: even or slower).
   // The portable path keeps whole-chunk tiles (V::kSubRuns): the tests'
   // oracle where the reference would take minutes.
   static constexpr i64 kSubRun = 224, kSubRunBytes = i64(1) << 20;
-  static bool sub_runs(const ConvProblem& p, const Chunks& ch, int NW) {
-    if (!V::kSubRuns || Base::flat_pixels(p)) return false;
-    const bool packs = ceil_div(p.Cog(), NW * kLanes) >= 8;  // wgrad_dense's pack
-    return ch.L * (p.C + p.Co) * i64(sizeof(T)) > (packs ? 2 : 1) * kSubRunBytes;
+  static bool sub_runs(const ConvProblem& p, const Chunks& ch) {
+    return V::kSubRuns && !Base::flat_pixels(p) && ch.L * (p.C + p.Co) * i64(sizeof(T)) > kSubRunBytes;
   }
 
   struct Seg { i64 n, oh, ow, len; };  // an output row segment: len positions from (n, oh, ow)
@@ -423,6 +432,21 @@ struct WgradKernels : KernelBase<V> {
       for (int j = 0; j < NW; ++j) acc[t][j] = a[t][j];
   }
 
+  // fold_run over segments [s0, s1) of packed x (pack_segment), from the accumulators at st (+0: st null).
+  template <int NI, int NW>
+  static inline __attribute__((always_inline)) void fold_packed_segments(Vec (&acc)[NI][NW], const T* st,
+                                                                         const ConvProblem& p, const Seg* s0,
+                                                                         const Seg* s1, const T* xq,
+                                                                         const Rows<T>& dy, i64 dyoff) {
+    Vec a[NI][NW];
+    for (int t = 0; t < NI; ++t)
+      for (int j = 0; j < NW; ++j) a[t][j] = st ? V::load(st + (t * NW + j) * kLanes) : V::zero();
+    for (const Seg* s = s0; s < s1; xq += s->len * NI, ++s)
+      fold_run<NI, NW>(a, xq, NI, dy.row(s->n * p.OH + s->oh) + s->ow * p.Co + dyoff, p.Co, s->len);
+    for (int t = 0; t < NI; ++t)
+      for (int j = 0; j < NW; ++j) acc[t][j] = a[t][j];
+  }
+
   // Dense tiles in sub-runs (sub_runs above): the same tiles, units and
   // sinks as wgrad_dense, its unit order ((k*G + g)*KH + kh, then kw, bi, b).
   template <int NI, int NW>
@@ -437,6 +461,9 @@ struct WgradKernels : KernelBase<V> {
       alignas(64) T tmp[kLanes];
       std::vector<Seg> segs;
       std::vector<T> state;  // the accumulators of tiles [t0, t1) between sub-runs
+      const bool pack = nb >= kPackBlocks;
+      std::vector<T> xpack(pack ? (kSubRun + p.OW) * NI : 0);  // one sub-run's x for one (kw, bi)
+      TileRows<NI, false> rows;
       i64 seg_chunk = -1;
       for (i64 u = u0; u < u1;) {
         // Tiles [t0, t1) of chunk k: one (g, kh) and this range's share of it.
@@ -463,7 +490,16 @@ struct WgradKernels : KernelBase<V> {
             const i64 i0 = bi * NI, o0 = g * cog + b * BW;
             T* st = state.data() + (t - t0) * NI * NW * kLanes;
             Vec a[NI][NW];
-            fold_segments<NI, NW>(a, s0 == 0 ? nullptr : st, p, segs.data() + s0, segs.data() + s1, kh, kw, x, g * p.Cg + i0, dy, o0);
+            if (pack && (t == t0 || b == 0)) {  // a new (kw, bi): the o-blocks after it share its x
+              rows = TileRows<NI, false>(p, kw, bi);
+              T* xp = xpack.data();
+              for (size_t sg = s0; sg < s1; ++sg)
+                xp = pack_segment<NI, false>(p, segs[sg].n, segs[sg].oh, segs[sg].ow, segs[sg].len, kh, rows, x, g * p.Cg, xp);
+            }
+            if (pack)
+              fold_packed_segments<NI, NW>(a, s0 == 0 ? nullptr : st, p, segs.data() + s0, segs.data() + s1, xpack.data(), dy, o0);
+            else
+              fold_segments<NI, NW>(a, s0 == 0 ? nullptr : st, p, segs.data() + s0, segs.data() + s1, kh, kw, x, g * p.Cg + i0, dy, o0);
             if (s1 < segs.size()) {
               for (int q = 0; q < NI; ++q)
                 for (int j = 0; j < NW; ++j) V::store(st + (q * NW + j) * kLanes, a[q][j]);
@@ -692,9 +728,9 @@ struct WgradKernels : KernelBase<V> {
       else if (p.Cg == 1 && p.Cog() < kLanes) wgrad_dw(p, ch, x, dy, parts, ex);
       else if (p.G == 1 && p.dw == 1 && p.Cg < TI && p.KW > 1) wgrad_joint(p, ch, x, dy, parts, ex);
       else if (Base::kWideDw && p.Cog() >= WW * kLanes) {
-        if (sub_runs(p, ch, WW)) wgrad_dense_subruns<WI, WW>(p, ch, x, dy, parts, ex);
+        if (sub_runs(p, ch)) wgrad_dense_subruns<WI, WW>(p, ch, x, dy, parts, ex);
         else wgrad_dense<WI, WW>(p, ch, x, dy, parts, ex);
-      } else if (sub_runs(p, ch, NV)) {
+      } else if (sub_runs(p, ch)) {
         wgrad_dense_subruns<TI, NV>(p, ch, x, dy, parts, ex);
       } else {
         wgrad_dense<TI, NV>(p, ch, x, dy, parts, ex);
