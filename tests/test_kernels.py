@@ -492,6 +492,22 @@ def test_filter_gradient_sub_runs(rng, case):
             assert_bits_equal(K.conv2d_backprop_filter(x, dy, f_shape, s, padding), want, f"{isa} dw")
 
 
+def test_filter_gradient_sub_runs_native_float16(rng):
+    """The sub-runs' accumulators between sub-runs hold binary16 values exactly (native float16)."""
+    _, x_shape, f_shape, s, padding = SUB_RUN_CASES[1]
+    x = rand(rng, x_shape, "float16", 1.0)
+    dy = rand(rng, x_shape[:3] + f_shape[-1:], "float16", 1.0)
+    with on_cpu_isa(K, "scalar"):  # about 8 s: exact binary16 fmas, lane by lane
+        want = K.conv2d_backprop_filter(x, dy, f_shape, s, padding, accumulation="float16")
+    simd = [i for i in _isas() if i != "scalar"]
+    if not simd:
+        pytest.skip("no SIMD path on this CPU")
+    for isa in simd:
+        with on_cpu_isa(K, isa):
+            got = K.conv2d_backprop_filter(x, dy, f_shape, s, padding, accumulation="float16")
+            assert_bits_equal(got, want, f"{isa} dw, float16 accumulation")
+
+
 # 1x1 layers whose outputs fill whole 4-vector blocks take AVX-512's wide GEMM tile (7 pixels x 4 vectors),
 # forward (with bias) and input gradient: folds of 192 and 320 in chunks of 128 through the memory tile,
 # of 128 in registers; 30 pixels = 4 blocks of 7 + 2; every ISA path.
