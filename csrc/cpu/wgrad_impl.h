@@ -406,7 +406,7 @@ struct WgradKernels : KernelBase<V> {
   //   72.5; 3x3 28x28 256->256 25.3 -> 24.4; (below kSubRunBytes: 3x3 56x56
   //   128->128, 0.9 MB, 23.4 -> 24.0; 112x112 64->64 24.4 -> 25.0);
   //   AVX2: 3x3 56x56 256->256 457 -> 159; 3x3x3 14x14 256->256 195 -> 129,
-  //   28x28 128->128 161 -> 123, C3D 128 -> 126; 3x3 28x28 256->256 42.1 ->
+  //   28x28 128->128 161 -> 123, C3D 128 -> 126; 3x3 28x28 256->256 42.0 ->
   //   41.3, 43.2 -> 41.8 (x packed per sub-run: unpacked, 48 ms; packing
   //   where 2 or 4 o-blocks share x instead, AVX-512: even or slower).
   // The portable path keeps whole-chunk tiles (V::kSubRuns): the tests'
