@@ -466,46 +466,32 @@ def test_large_filters_every_pass(rng, case):
 
 
 # Filter gradients whose chunks' x and dy rows pass 1 MiB fold in sub-runs of whole rows on the SIMD paths
-# (WgradKernels::sub_runs), padded rows and columns included: 3x3 512->512 on 25x44, two chunks of 550
-# positions (2.2 MB of rows), three sub-runs each, x packed (8+ output-channel blocks); 1024->96 on 36x40,
-# five chunks of 288 (1.3 MB), two sub-runs each, x read in place. The reference takes minutes here, so
-# the oracle is the scalar path (whole-chunk tiles), which every other test holds to the reference.
+# (WgradKernels::sub_runs), padded rows and columns included (3x3, stride 1, SAME): 512->512 on 25x44, two
+# chunks of 550 positions (2.2 MB of rows), three sub-runs each, x packed (8+ output-channel blocks);
+# 1024->96 on 36x40, five chunks of 288 (1.3 MB), two sub-runs each, x read in place, also under float16
+# accumulation (the accumulators kept between sub-runs hold binary16 values). The reference takes minutes
+# here, so the oracle is the scalar path (whole-chunk tiles), which every other test holds to the reference.
 SUB_RUN_CASES = [
-    ("3x3-512-25x44-packed", (1, 25, 44, 512), (3, 3, 512, 512), 1, "SAME"),
-    ("3x3-1024-96-36x40", (1, 36, 40, 1024), (3, 3, 1024, 96), 1, "SAME"),
+    ("512-25x44-packed", (1, 25, 44, 512), (3, 3, 512, 512), "float32", None),
+    ("1024-96-36x40", (1, 36, 40, 1024), (3, 3, 1024, 96), "float32", None),
+    ("1024-96-36x40-native-float16", (1, 36, 40, 1024), (3, 3, 1024, 96), "float16", "float16"),  # scalar: ~8 s
 ]
 
 
 @pytest.mark.parametrize("case", SUB_RUN_CASES, ids=[c[0] for c in SUB_RUN_CASES])
 def test_filter_gradient_sub_runs(rng, case):
-    _, x_shape, f_shape, s, padding = case
-    x = rand(rng, x_shape, "float32", 1.0)
-    dy_shape = (x_shape[0], -(-x_shape[1] // s), -(-x_shape[2] // s), f_shape[-1])
-    dy = rand(rng, dy_shape, "float32", 1.0)
+    _, x_shape, f_shape, dtype, accumulation = case
+    simd = [i for i in _isas() if i != "scalar"]
+    if not simd:
+        pytest.skip("no SIMD path on this CPU")
+    x = rand(rng, x_shape, dtype, 1.0)
+    dy = rand(rng, x_shape[:3] + f_shape[-1:], dtype, 1.0)  # stride 1, SAME: x's pixels
+    args = (x, dy, f_shape, 1, "SAME")
     with on_cpu_isa(K, "scalar"):
-        want = K.conv2d_backprop_filter(x, dy, f_shape, s, padding)
-    simd = [i for i in _isas() if i != "scalar"]
-    if not simd:
-        pytest.skip("no SIMD path on this CPU")
+        want = K.conv2d_backprop_filter(*args, accumulation=accumulation)
     for isa in simd:
         with on_cpu_isa(K, isa):
-            assert_bits_equal(K.conv2d_backprop_filter(x, dy, f_shape, s, padding), want, f"{isa} dw")
-
-
-def test_filter_gradient_sub_runs_native_float16(rng):
-    """The sub-runs' accumulators between sub-runs hold binary16 values exactly (native float16)."""
-    _, x_shape, f_shape, s, padding = SUB_RUN_CASES[1]
-    x = rand(rng, x_shape, "float16", 1.0)
-    dy = rand(rng, x_shape[:3] + f_shape[-1:], "float16", 1.0)
-    with on_cpu_isa(K, "scalar"):  # about 8 s: exact binary16 fmas, lane by lane
-        want = K.conv2d_backprop_filter(x, dy, f_shape, s, padding, accumulation="float16")
-    simd = [i for i in _isas() if i != "scalar"]
-    if not simd:
-        pytest.skip("no SIMD path on this CPU")
-    for isa in simd:
-        with on_cpu_isa(K, isa):
-            got = K.conv2d_backprop_filter(x, dy, f_shape, s, padding, accumulation="float16")
-            assert_bits_equal(got, want, f"{isa} dw, float16 accumulation")
+            assert_bits_equal(K.conv2d_backprop_filter(*args, accumulation=accumulation), want, f"{isa} dw")
 
 
 # 1x1 layers whose outputs fill whole 4-vector blocks take AVX-512's wide GEMM tile (7 pixels x 4 vectors),
