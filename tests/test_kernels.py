@@ -489,9 +489,12 @@ def test_filter_gradient_sub_runs(rng, case):
     args = (x, dy, f_shape, 1, "SAME")
     with on_cpu_isa(K, "scalar"):
         want = K.conv2d_backprop_filter(*args, accumulation=accumulation)
+    # One thread: running sums (one share per chunk walk); 16: chunk parts, units split inside a filter row.
     for isa in simd:
         with on_cpu_isa(K, isa):
-            assert_bits_equal(K.conv2d_backprop_filter(*args, accumulation=accumulation), want, f"{isa} dw")
+            for threads in (1, 16):
+                got = K.conv2d_backprop_filter(*args, accumulation=accumulation, threads=threads)
+                assert_bits_equal(got, want, f"{isa} dw, {threads} threads")
 
 
 # 1x1 layers whose outputs fill whole 4-vector blocks take AVX-512's wide GEMM tile (7 pixels x 4 vectors),
