@@ -13,6 +13,7 @@
 // see TensorFlow or pybind11.
 #pragma once
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -230,9 +231,33 @@ inline const char* check_bgrad_problem(const ConvProblem& p) {
   return nullptr;
 }
 
-// About two blocks per SM of a large GPU (132 SMs on an H100 SXM): below this
-// many blocks a launcher prefers smaller tiles.
-constexpr i64 kFewBlocks = 264;
+// About two blocks of 256 threads per SM of a large GPU (132 SMs on an H100
+// SXM): the combine takes one thread per output from this many outputs on.
+constexpr i64 kFewThreads = 264 * 256;
+
+// Multiprocessors of the current device (read once per device; 132 if unknown
+// and under the emulator). Tile choices use it; bits never depend on it.
+inline int sm_count() {
+#if defined(DETCONV_CUDA_EMULATION)
+  return 132;
+#else
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) {
+    cudaGetLastError();
+    return 132;
+  }
+  int n = cached[dev].load(std::memory_order_relaxed);
+  if (n > 0) return n;
+  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
+    cudaGetLastError();
+    n = 132;
+  }
+  cached[dev].store(n, std::memory_order_relaxed);
+  return n;
+#endif
+}
 
 // Testing knob: DETCONV_CUDA_TILE=<digit> forces tile configuration number
 // (digit mod the launcher's configuration count) for every launch, so tests

@@ -10,42 +10,57 @@ namespace detconv {
 namespace gpu {
 
 // Number of configurations launch_conv chooses from (igemm tiles, then direct).
-constexpr int kConvConfigs = 5;
+constexpr int kConvConfigs = 7;
 
 // Tile configurations, in order of preference. The input gradient's rows are
 // predicated per tap, so its threads hold 4 rows (4 predicates, which stay in
-// predicate registers) and more columns.
+// predicate registers) and more columns. C4 and C5 are blocks of 128 and 64
+// threads for layers too small to give every SM a few large tiles (late
+// layers, batch 1): no split of the reduction is allowed, so the only way to
+// occupy the GPU there is more, smaller tiles.
 template <bool kDgrad>
 struct ConvTiles {
   using C0 = typename std::conditional<kDgrad, TileCfg<128, 128, 4, 16, 2>, TileCfg<128, 128, 8, 8, 2>>::type;
   using C1 = typename std::conditional<kDgrad, TileCfg<128, 64, 4, 8, 2>, TileCfg<128, 64, 8, 4, 2>>::type;
   using C2 = TileCfg<64, 64, 4, 4, 2>;
   using C3 = TileCfg<128, 32, 4, 4, 2>;
+  using C4 = TileCfg<64, 32, 4, 4, 4>;
+  using C5 = TileCfg<32, 32, 4, 4, 8>;
 };
+constexpr int kConvGemmConfigs = kConvConfigs - 1;  // C0..C5; the direct kernel is the last configuration
 
-template <bool kDgrad>
+// Per-SM efficiency of C0..C5 relative to C0 (pick_config), measured on an
+// H100: [native binary16 accumulation][input gradient].
+constexpr double kConvEff[2][2][kConvGemmConfigs] = {
+    {{1.0, 0.59, 0.45, 0.39, 0.46, 0.47},    // forward, float32 accumulators (and the other numerics)
+     {1.0, 0.73, 0.58, 0.51, 0.59, 0.61}},   // input gradient
+    {{1.0, 0.78, 0.62, 0.51, 0.56, 0.57},    // forward, packed binary16 accumulators
+     {1.0, 0.87, 0.74, 0.64, 0.69, 0.68}}};  // input gradient
+
+template <class Num, bool kDgrad>
 inline int choose_conv_config(const ConvProblem& p) {
   const int forced = forced_tile(kConvConfigs);
   if (forced >= 0) return forced;
   const i64 Jg = kDgrad ? p.Cg : p.Cog();
-  if (Jg < 8) return 4;  // depthwise / narrow groups: a GEMM tile would be mostly empty
-  using Tiles = ConvTiles<kDgrad>;
-  const int BM[4] = {Tiles::C0::BM, Tiles::C1::BM, Tiles::C2::BM, Tiles::C3::BM};
-  const int BN[4] = {Tiles::C0::BN, Tiles::C1::BN, Tiles::C2::BN, Tiles::C3::BN};
-  double use[4];
-  i64 blocks[4];
-  for (int c = 0; c < 4; ++c) {
-    const IgemmGeo g = make_igemm_geo<kDgrad>(p, BM[c], BN[c]);
-    use[c] = tile_use(Jg, BN[c]);
-    blocks[c] = g.n_tiles;
-  }
-  return pick_config(use, blocks, 4);
+  // Narrow groups (depthwise): a GEMM tile would be mostly empty. An ungrouped
+  // input gradient with few channels (a network's first layer) still gains from
+  // a tile's reuse of each dy value across its rows (7x7/2 3->64 at batch 32 on
+  // an H100: 3.9 ms in 32x32 tiles, 7.8 ms one thread per output).
+  if (Jg < 8 && !(kDgrad && p.G == 1)) return kConvGemmConfigs;
+  using T = ConvTiles<kDgrad>;
+  const double* eff = kConvEff[Num::kPacked ? 1 : 0][kDgrad ? 1 : 0];
+  auto tiles = [&](int bm, int bn) { return make_igemm_geo<kDgrad>(p, bm, bn).n_tiles; };
+  const TileChoice c[kConvGemmConfigs] = {
+      tile_choice<Num, typename T::C0>(tiles, eff[0]), tile_choice<Num, typename T::C1>(tiles, eff[1]),
+      tile_choice<Num, typename T::C2>(tiles, eff[2]), tile_choice<Num, typename T::C3>(tiles, eff[3]),
+      tile_choice<Num, typename T::C4>(tiles, eff[4]), tile_choice<Num, typename T::C5>(tiles, eff[5])};
+  return pick_config(c, kConvGemmConfigs, sm_count());
 }
 
 template <class Num, bool kDgrad>
 const char* launch_conv(const ConvProblem& p, const void* a_src, const void* filt, const void* bias, void* out,
                         cudaStream_t stream, const char* where) {
-  const int cfg = choose_conv_config<kDgrad>(p);
+  const int cfg = choose_conv_config<Num, kDgrad>(p);
   return dispatch_index(p, [&](auto index) {
     using I = decltype(index);
     using Tiles = ConvTiles<kDgrad>;
@@ -54,6 +69,8 @@ const char* launch_conv(const ConvProblem& p, const void* a_src, const void* fil
       case 1: return launch_igemm<Num, kDgrad, typename Tiles::C1, I>(p, a_src, filt, bias, out, stream, where);
       case 2: return launch_igemm<Num, kDgrad, typename Tiles::C2, I>(p, a_src, filt, bias, out, stream, where);
       case 3: return launch_igemm<Num, kDgrad, typename Tiles::C3, I>(p, a_src, filt, bias, out, stream, where);
+      case 4: return launch_igemm<Num, kDgrad, typename Tiles::C4, I>(p, a_src, filt, bias, out, stream, where);
+      case 5: return launch_igemm<Num, kDgrad, typename Tiles::C5, I>(p, a_src, filt, bias, out, stream, where);
       default: return launch_direct_conv<Num, kDgrad, I>(p, a_src, filt, bias, out, stream, where);
     }
   });

@@ -192,25 +192,36 @@ constexpr int min_blocks() {
   return sizeof(typename Num::S) == 8 ? 1 : Cfg::MINB;
 }
 
-// Picks the first configuration (in preference order) whose tiles are well
-// used and numerous enough; else the one with the best product of both.
-// use[c]: fraction of the tile's columns (and rows) holding real outputs;
-// blocks[c]: blocks launched.
-inline int pick_config(const double* use, const i64* blocks, int count) {
-  for (int c = 0; c < count; ++c)
-    if (use[c] >= 0.7 && blocks[c] >= kFewBlocks) return c;
+// One GEMM tile configuration as the launchers' choice sees it.
+struct TileChoice {
+  i64 tiles;   // tiles (= blocks) the launch has
+  int bm, bn;  // tile shape
+  int per_sm;  // blocks resident per SM (the launch bounds' minimum)
+  double eff;  // a whole SM's fma rate at that residency, relative to configuration 0
+};
+
+// The configuration with the least estimated time. A launch runs in waves of
+// (SMs x per_sm) tiles; a wave lasts one tile's time, its area (every
+// configuration folds the same reduction) over the rate of one of per_sm
+// blocks sharing an SM. Large tiles are the most efficient per fma but leave
+// SMs idle on small layers, and a last partial wave costs a whole one; the
+// efficiencies come from timing every configuration on every ResNet-50 layer
+// (benchmarks/gpu_tiles.py on an H100; docs/performance.md has the data).
+inline int pick_config(const TileChoice* c, int count, int sms) {
   int best = 0;
-  double best_score = -1;
-  for (int c = 0; c < count; ++c) {
-    const double fill = blocks[c] >= kFewBlocks ? 1.0 : double(blocks[c]) / double(kFewBlocks);
-    const double score = use[c] * fill;
-    if (score > best_score + 1e-9) { best_score = score; best = c; }
+  double best_t = 0;
+  for (int i = 0; i < count; ++i) {
+    const double waves = double(ceil_div(c[i].tiles, i64(sms) * c[i].per_sm));
+    const double t = waves * c[i].bm * c[i].bn * c[i].per_sm / c[i].eff;
+    if (i == 0 || t < best_t * (1 - 1e-9)) { best_t = t; best = i; }
   }
   return best;
 }
 
-inline double tile_use(i64 extent, int tile) {
-  return extent <= 0 ? 1.0 : double(extent) / double(ceil_div(extent, tile) * tile);
+// Configuration Cfg as pick_config sees it; tiles(bm, bn): the launch's tile count.
+template <class Num, class Cfg, class Tiles>
+inline TileChoice tile_choice(const Tiles& tiles, double eff) {
+  return TileChoice{tiles(Cfg::BM, Cfg::BN), Cfg::BM, Cfg::BN, min_blocks<Num, Cfg>(), eff};
 }
 
 }  // namespace gpu

@@ -6,8 +6,14 @@
 // read consecutive channels (NHWC) and keep several loads in flight.
 // combine_kernel: each block owns W outputs; all its threads stage the parts
 // of CH chunks at a time into shared memory (coalesced rows of W), double
-// buffered, while one warp adds them to its W running sums in chunk order
-// (combine_parts of order.h), then rounds once.
+// buffered, while W threads add them to their running sums in chunk order
+// (combine_parts of order.h), then round once. Each sum is one chain of P
+// adds, so with few outputs (bias gradients: F = Co) the time is the number
+// of staged batches times a memory latency: narrow blocks (W = 8) stage 256
+// chunks per batch instead of 64.
+// combine_flat_kernel: one thread per output, for filters large enough to
+// fill the GPU that way (late layers have few chunks of millions of outputs;
+// a block per 32 of them spent most of its time starting up).
 #pragma once
 #include "common.cuh"
 
@@ -56,7 +62,7 @@ combine_kernel(const i64 F, const Chunks chunks, const typename Num::S* __restri
                typename Num::T* __restrict__ out) {
   using S = typename Num::S;
   constexpr int NT = 256;
-  static_assert(W <= 32 && (CH * W) % NT == 0, "one warp adds; every thread stages");
+  static_assert(W <= 32 && (CH * W) % NT == 0, "one warp at most adds; every thread stages");
   __shared__ S buf[2][CH][W];
   const int tid = threadIdx.x;
   const i64 n_tiles = ceil_div(F, W);
@@ -91,11 +97,40 @@ combine_kernel(const i64 F, const Chunks chunks, const typename Num::S* __restri
 }
 
 template <class Num>
+__global__ void __launch_bounds__(256)
+combine_flat_kernel(const i64 F, const Chunks chunks, const typename Num::S* __restrict__ ws,
+                    typename Num::T* __restrict__ out) {
+  using S = typename Num::S;
+  const i64 P = chunks.P;
+  for (i64 f = i64(blockIdx.x) * blockDim.x + threadIdx.x; f < F; f += i64(gridDim.x) * blockDim.x) {
+    // combine_parts: s = part[0], then s = add(s, part[k]) in chunk order; 8 loads in flight
+    S s = Num::zero();
+    i64 k = 0;
+    for (; k + 8 <= P; k += 8) {
+      S v[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) v[u] = ws[(k + u) * F + f];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) s = (k + u == 0) ? v[u] : Num::add(s, v[u]);
+    }
+    for (; k < P; ++k) s = (k == 0) ? ws[f] : Num::add(s, ws[k * F + f]);
+    out[f] = Num::store(s);
+  }
+}
+
+template <class Num>
 const char* launch_combine(i64 F, const Chunks& ch, const void* ws, void* out, cudaStream_t stream, const char* where) {
   if (F <= 0) return nullptr;
   using S = typename Num::S;
   using T = typename Num::T;
   // R = 0 (no parts): every output is +0, which the combine of no parts writes.
+  if (F >= kFewThreads)
+    return launch(&combine_flat_kernel<Num>, grid_for(ceil_div(F, 256)), 256, stream, where, F, ch,
+                  static_cast<const S*>(ws), static_cast<T*>(out));
+  // Fewer outputs than two 32-wide blocks per SM: 8-wide blocks, 4x deeper batches.
+  if (F < 32 * kFewThreads / 256)
+    return launch(&combine_kernel<Num, 8, 256>, grid_for(ceil_div(F, 8)), 256, stream, where, F, ch,
+                  static_cast<const S*>(ws), static_cast<T*>(out));
   return launch(&combine_kernel<Num, 32, 64>, grid_for(ceil_div(F, 32)), 256, stream, where, F, ch,
                 static_cast<const S*>(ws), static_cast<T*>(out));
 }

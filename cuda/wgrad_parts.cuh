@@ -259,7 +259,9 @@ wgrad_direct_kernel(const ConvProblem p, const Chunks chunks, const typename Num
   }
 }
 
-constexpr int kWgradConfigs = 5;  // GEMM tiles 128x128, 128x64, 64x64, 128x32, then direct
+// GEMM tiles 128x128, 128x64, 64x64, 128x32, 64x32, 32x32, then direct.
+constexpr int kWgradConfigs = 7;
+constexpr int kWgradGemmConfigs = kWgradConfigs - 1;
 
 inline WgradGeo make_wgrad_geo(const ConvProblem& p, const Chunks& ch, int BM, int BN) {
   WgradGeo g;
@@ -289,27 +291,32 @@ using Wgrad128x128 = TileCfg<128, 128, 8, 8, 2>;
 using Wgrad128x64 = TileCfg<128, 64, 8, 4, 2>;
 using Wgrad64x64 = TileCfg<64, 64, 4, 4, 2>;
 using Wgrad128x32 = TileCfg<128, 32, 4, 4, 2>;
+using Wgrad64x32 = TileCfg<64, 32, 4, 4, 4>;  // 128 threads: small filters, few chunks
+using Wgrad32x32 = TileCfg<32, 32, 4, 4, 8>;  // 64 threads
 
+// Per-SM efficiency of the GEMM tiles relative to 128x128 (pick_config),
+// measured on an H100: [native binary16 accumulation].
+constexpr double kWgradEff[2][kWgradGemmConfigs] = {{1.0, 0.69, 0.42, 0.44, 0.44, 0.44},
+                                                   {1.0, 0.70, 0.48, 0.45, 0.44, 0.46}};
+
+template <class Num>
 inline int choose_wgrad_config(const ConvProblem& p, const Chunks& ch) {
   const int forced = forced_tile(kWgradConfigs);
   if (forced >= 0) return forced;
-  if (p.Cog() < 8) return 4;
-  const int BM[4] = {Wgrad128x128::BM, Wgrad128x64::BM, Wgrad64x64::BM, Wgrad128x32::BM};
-  const int BN[4] = {Wgrad128x128::BN, Wgrad128x64::BN, Wgrad64x64::BN, Wgrad128x32::BN};
-  double use[4];
-  i64 blocks[4];
-  for (int c = 0; c < 4; ++c) {
-    const WgradGeo g = make_wgrad_geo(p, ch, BM[c], BN[c]);
-    use[c] = tile_use(g.Jg, BN[c]) * tile_use(g.RT, BM[c]);
-    blocks[c] = g.n_tiles;
-  }
-  return pick_config(use, blocks, 4);
+  if (p.Cog() < 8) return kWgradGemmConfigs;
+  const double* eff = kWgradEff[Num::kPacked ? 1 : 0];
+  auto tiles = [&](int bm, int bn) { return make_wgrad_geo(p, ch, bm, bn).n_tiles; };
+  const TileChoice c[kWgradGemmConfigs] = {
+      tile_choice<Num, Wgrad128x128>(tiles, eff[0]), tile_choice<Num, Wgrad128x64>(tiles, eff[1]),
+      tile_choice<Num, Wgrad64x64>(tiles, eff[2]),   tile_choice<Num, Wgrad128x32>(tiles, eff[3]),
+      tile_choice<Num, Wgrad64x32>(tiles, eff[4]),   tile_choice<Num, Wgrad32x32>(tiles, eff[5])};
+  return pick_config(c, kWgradGemmConfigs, sm_count());
 }
 
 template <class Num>
 const char* launch_wgrad_parts(const ConvProblem& p, const Chunks& ch, const void* x, const void* dy, void* ws,
                                cudaStream_t stream, const char* where) {
-  const int cfg = choose_wgrad_config(p, ch);
+  const int cfg = choose_wgrad_config<Num>(p, ch);
   return dispatch_index(p, [&](auto index) -> const char* {
     using I = decltype(index);
     switch (cfg) {
@@ -317,6 +324,8 @@ const char* launch_wgrad_parts(const ConvProblem& p, const Chunks& ch, const voi
       case 1: return launch_wgrad_gemm<Num, Wgrad128x64, I>(p, ch, x, dy, ws, stream, where);
       case 2: return launch_wgrad_gemm<Num, Wgrad64x64, I>(p, ch, x, dy, ws, stream, where);
       case 3: return launch_wgrad_gemm<Num, Wgrad128x32, I>(p, ch, x, dy, ws, stream, where);
+      case 4: return launch_wgrad_gemm<Num, Wgrad64x32, I>(p, ch, x, dy, ws, stream, where);
+      case 5: return launch_wgrad_gemm<Num, Wgrad32x32, I>(p, ch, x, dy, ws, stream, where);
       default: {
         using T = typename Num::T;
         const i64 total = ch.P * p.filter_elems();

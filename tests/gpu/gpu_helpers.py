@@ -7,6 +7,9 @@ bfloat16 gets tested without ml_dtypes). The CPU kernels themselves are
 checked against detconv.reference in tests/test_kernels.py.
 """
 
+import os
+import re
+
 import numpy as np
 import pytest
 
@@ -16,6 +19,22 @@ try:
     HAVE_KERNELS = True
 except ImportError:  # pragma: no cover
     HAVE_KERNELS = False
+
+_CUDA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "cuda")
+
+
+def cuda_tile_configs():
+    """How many configurations the busiest CUDA launcher chooses from (kConvConfigs,
+    kWgradConfigs: their one home is the launchers' headers). DETCONV_CUDA_TILE=k
+    forces configuration k mod that launcher's own count, so 0..this-1 reach every one."""
+    counts = []
+    for header, name in (("conv_launch.cuh", "kConvConfigs"), ("wgrad_parts.cuh", "kWgradConfigs")):
+        with open(os.path.join(_CUDA, header)) as fh:
+            m = re.search(rf"constexpr int {name} = (\d+);", fh.read())
+        assert m, f"{name} not found in cuda/{header}"
+        counts.append(int(m.group(1)))
+    return max(counts)
+
 
 NAMES = ("conv2d", "conv2d_backprop_input", "conv2d_backprop_filter", "bias_grad")
 _INT_OF_SIZE = {2: "int16", 4: "int32", 8: "int64"}

@@ -4,7 +4,7 @@
 Runs the four computations (fprop, dgrad, wgrad, bgrad) of detconv.kernels on
 small float32 and float16 (accumulation="float16") problems on the GPU - groups,
 depthwise, strides, dilations, padding, NCHW, more than one dw chunk - once per
-forced tile configuration: DETCONV_CUDA_TILE is set to "0".."5" in os.environ
+forced tile configuration: DETCONV_CUDA_TILE is set to "0", "1", ... in os.environ
 before each call (the kernels read it at every launch; an index beyond a
 computation's own configurations wraps modulo their count), then once with it
 unset. Each result is also compared bit for bit with the CPU kernels, so a race
@@ -29,7 +29,9 @@ import numpy as np
 if importlib.util.find_spec("detconv") is None:  # a source checkout
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-TILES = [str(t) for t in range(6)]
+from gpu_helpers import cuda_tile_configs  # noqa: E402 - this folder is the script's sys.path[0]
+
+TILES = [str(t) for t in range(cuda_tile_configs())]
 NUMERICS = [("float32", None), ("float16", "float16")]
 
 # (name, x NHWC, filter HWIO, strides, dilations, padding, data_format)

@@ -25,9 +25,11 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 RUN = os.path.join(HERE, "emu", "run_emu.sh")
 
-# Tile configurations a launcher chooses from (conv: 4 GEMM tiles + direct;
+from gpu_helpers import cuda_tile_configs
+
+# Tile configurations a launcher chooses from (conv: 6 GEMM tiles + direct;
 # wgrad: the same); DETCONV_CUDA_TILE=k forces configuration k.
-CONFIGS = 5
+CONFIGS = cuda_tile_configs()
 CASES_AUTO = int(os.environ.get("DETCONV_EMU_CASES", "1200"))
 CASES_FORCED = CASES_AUTO // 3
 

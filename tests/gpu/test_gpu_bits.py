@@ -9,7 +9,7 @@ dilations, groups (depthwise included), SAME/VALID/explicit padding, NHWC and
 NCHW; tiny shapes up to ResNet-50 layers at batch 1 and 32; 50 repeated runs;
 batch-split and crop invariance on the GPU; non-default streams; CuPy and
 PyTorch agreeing with each other; every forced tile configuration
-(DETCONV_CUDA_TILE=0..5) on small shapes for all numerics; native float16
+(DETCONV_CUDA_TILE=0..cuda_tile_configs()-1) on small shapes for all numerics; native float16
 accumulation with subnormal products and -0 accumulators before padded taps.
 """
 
@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from cases import DTYPE_IDS, DTYPES
-from gpu_helpers import (HAVE_KERNELS, NAMES, assert_same_bits, libraries, nhwc_to, out_shape, run_all)
+from gpu_helpers import (HAVE_KERNELS, NAMES, assert_same_bits, cuda_tile_configs, libraries, nhwc_to, out_shape,
+                         run_all)
 
 if not HAVE_KERNELS:
     pytest.skip("detconv._kernels is not built", allow_module_level=True)
@@ -248,7 +249,7 @@ def test_empty_and_zero_reduction(lib, rng):
 # DETCONV_CUDA_TILE=k forces tile configuration k on every launch (an index beyond
 # a computation's own configurations wraps modulo their count); tile shapes never
 # change a bit, so every forced configuration must give the CPU's bits.
-TILES = [str(t) for t in range(6)]
+TILES = [str(t) for t in range(cuda_tile_configs())]
 TILE_SHAPES = [
     ("3x3-s2-chunks", (3, 11, 10, 21), (3, 3, 21, 37), 2, 1, "SAME"),  # R = 90: two dw chunks
     ("groups3-explicit", (2, 7, 6, 12), (3, 2, 4, 9), 1, 1, ((1, 0), (2, 1))),
