@@ -22,10 +22,13 @@ algorithm the library has.
 
 Timing: after warm-up, a calibration loop estimates one call's time; each
 measurement then records one CUDA event pair around a loop of `reps` calls
-(10..50, enough for >= about 2 ms of GPU work, so the 40-85 us of Python and
-launch overhead of a single call does not dominate a short kernel) and
-divides by reps; the table shows the median over several such pairs. Both
-sides are timed the same way. cuDNN is timed on NCHW and on channels_last
+(10..50, enough for >= about 2 ms of GPU work) and divides by reps; the table
+shows the median over several such pairs. Both sides are timed the same way.
+Back-to-back calls hide the host's per-call time (Python, argument checks,
+launch: ~9 us for torch, 35-55 us for detconv.kernels on an H100 host) only
+where the device time per call is longer, so by default small layers
+measure the host; with --queued the GPU sleeps while the host queues the
+calls, and the events bracket device time only. cuDNN is timed on NCHW and on channels_last
 (NHWC in memory, detconv's layout) tensors and the faster is kept
 (--cudnn-layout to choose one).
 
@@ -39,6 +42,7 @@ float32 per layer.
     python benchmarks/gpu.py                      # batch 32 and 1, float32 and float16/acc16
     python benchmarks/gpu.py --quick              # three layers, fewer timing pairs
     python benchmarks/gpu.py --batch 32 --numerics float32 float16 float16/acc16 bfloat16 --nchw
+    python benchmarks/gpu.py --queued             # device time only (no Python overhead on either side)
 
 Needs PyTorch with CUDA and detconv's kernel module built with CUDA; no
 TensorFlow.
@@ -54,6 +58,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS, should torch use it
 if importlib.util.find_spec("detconv") is None:  # `python benchmarks/gpu.py` in a source checkout
@@ -92,8 +97,32 @@ MIN_REPS, MAX_REPS = 10, 50
 
 # ------------------------------------------------------------------ timing
 
-def _time(torch, fn, pairs, warmup=2):
-    """Median over `pairs` event pairs of (time of `reps` back-to-back calls) / reps, in ms."""
+_SLEEP_CYCLES = 50_000_000  # ~25 ms on an H100: longer than the host needs to queue MAX_REPS calls, with room
+# for the host stalls of up to 28 ms seen there (a 20M-cycle sleep let a few cells measure host gaps)
+_sleep_ms = None
+
+
+def _gpu_sleep_ms(torch):
+    """How long torch.cuda._sleep(_SLEEP_CYCLES) keeps the GPU busy, measured once."""
+    global _sleep_ms
+    if _sleep_ms is None:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(_SLEEP_CYCLES // 10)  # warm-up
+        start.record()
+        torch.cuda._sleep(_SLEEP_CYCLES)
+        end.record()
+        end.synchronize()
+        _sleep_ms = start.elapsed_time(end)
+    return _sleep_ms
+
+
+def _time(torch, fn, pairs, warmup=2, queued=False):
+    """Median over `pairs` event pairs of (time of `reps` back-to-back calls) / reps, in ms.
+
+    queued: the GPU first sleeps while the host queues the calls, so the events bracket
+    device work only (kernels and the gaps between them, not the host's Python time); a
+    call that synchronizes with the host, or a host slower than the sleep, shows up as
+    a warning."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -101,11 +130,18 @@ def _time(torch, fn, pairs, warmup=2):
     end = torch.cuda.Event(enable_timing=True)
 
     def loop(reps):
+        if queued:
+            torch.cuda._sleep(_SLEEP_CYCLES)
+        t0 = time.perf_counter()
         start.record()
         for _ in range(reps):
             fn()
         end.record()
+        host_ms = (time.perf_counter() - t0) * 1e3
         end.synchronize()
+        if queued and host_ms > 0.8 * _gpu_sleep_ms(torch):
+            print(f"# WARNING: queuing {reps} calls took {host_ms:.2f} ms of host time, more than the GPU "
+                  f"sleep ({_gpu_sleep_ms(torch):.2f} ms): this time includes host gaps", flush=True)
         return start.elapsed_time(end) / reps
 
     est = loop(MIN_REPS)  # calibration: estimate of one call
@@ -276,6 +312,8 @@ def main(argv=None):
                     help="memory layout of cuDNN's tensors (best: time both, keep the faster)")
     ap.add_argument("--nchw", action="store_true", help="also time detconv on NCHW tensors")
     ap.add_argument("--no-peak", action="store_true", help="skip the FFMA peak measurement")
+    ap.add_argument("--queued", action="store_true",
+                    help="device time only: both sides' calls queue behind a GPU sleep (no host overhead)")
     args = ap.parse_args(argv)
 
     import torch
@@ -304,7 +342,9 @@ def main(argv=None):
     print(f"# cuDNN: allow_tf32=False, deterministic algorithms, fill_uninitialized_memory="
           f"{'False' if no_fill else 'n/a (old torch)'}, layout {args.cudnn_layout}")
     print(f"# times: median of {pairs} CUDA-event pairs, each around {MIN_REPS}-{MAX_REPS} back-to-back calls "
-          f"(>= ~{TARGET_MS:g} ms of GPU work), divided by the call count; ms per call")
+          f"(>= ~{TARGET_MS:g} ms of GPU work), divided by the call count; ms per call; "
+          + ("queued behind a GPU sleep: device time only" if args.queued else
+             "host time included where it exceeds the device time (small layers)"))
     print()
     cols = ["layer", "N", "numerics", "op", "detconv ms", "cuDNN ms", "ratio", "TFLOP/s", "of FFMA peak"]
     if args.cudnn_layout == "best":
@@ -360,8 +400,9 @@ def main(argv=None):
                     layouts["NHWC"] = cudnn_ops(x.contiguous(memory_format=cl), w.contiguous(memory_format=cl),
                                                 dy.contiguous(memory_format=cl))
                 for op in args.ops:
-                    t_ours = _time(torch, ours[op], pairs, args.warmup)
-                    t_lay = {lay: _time(torch, fns[op], pairs, args.warmup) for lay, fns in layouts.items()}
+                    t_ours = _time(torch, ours[op], pairs, args.warmup, args.queued)
+                    t_lay = {lay: _time(torch, fns[op], pairs, args.warmup, args.queued)
+                             for lay, fns in layouts.items()}
                     best_lay = min(t_lay, key=t_lay.get)
                     t_cudnn = t_lay[best_lay]
                     results[(name, n, label, op)] = (t_ours, t_cudnn)
@@ -372,7 +413,7 @@ def main(argv=None):
                     if args.cudnn_layout == "best":
                         row.append(best_lay)
                     if args.nchw:
-                        row.append(f"{_time(torch, ours_nchw[op], pairs, args.warmup):.3f}")
+                        row.append(f"{_time(torch, ours_nchw[op], pairs, args.warmup, args.queued):.3f}")
                     print("| " + " | ".join(row) + " |", flush=True)
                 # sanity: detconv agrees with cuDNN to rounding (not bits)
                 if "fwd" in args.ops:

@@ -14,8 +14,11 @@
 # (or if that fails) `scripts/gpu_check.sh build` builds everything.
 #
 # Budgets in seconds (environment): LEASE_BUILD (300), LEASE_TESTS (250, the
-# GPU tests, CPU ISA tests and sanitizers run side by side), LEASE_BENCH (170;
-# 0 skips the timing), LEASE_JOBS (xdist workers for the GPU tests, 6).
+# GPU tests, CPU ISA tests and sanitizers run side by side), LEASE_BENCH (170,
+# split between the table with host time and the device-time table;
+# 0 skips the timing), LEASE_TILES (150, benchmarks/gpu_tiles.py: every tile
+# configuration per layer; 0 skips it), LEASE_JOBS (xdist workers for the GPU
+# tests, 6).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOG="${1:-${OUT:-/tmp/detconv-lease}}"
@@ -113,9 +116,17 @@ say "sanitizers:"; grep -E '^== |ERROR SUMMARY|sanitize_driver|MISMATCH' "$LOG/s
 
 # ------------------------------------------------------------------ timing (GPU otherwise idle)
 if [ "${LEASE_BENCH:-170}" != 0 ]; then
-  say "timing against cuDNN"
-  timeout "${LEASE_BENCH:-170}" "$PY" benchmarks/gpu.py --pairs 3 >"$LOG/bench.log" 2>&1
-  echo "bench exit $?" >>"$LOG/bench.log"
-  tail -n 70 "$LOG/bench.log"
+  half=$(( ${LEASE_BENCH:-170} / 2 ))
+  say "timing against cuDNN (host time included), then device time only (--queued)"
+  { timeout "$half" "$PY" benchmarks/gpu.py --pairs 3; echo "bench exit $?"
+    timeout "$half" "$PY" benchmarks/gpu.py --pairs 3 --queued --no-peak; echo "bench --queued exit $?"
+  } >"$LOG/bench.log" 2>&1
+  grep -A 20 'geometric-mean ratio' "$LOG/bench.log"
+fi
+if [ "${LEASE_TILES:-150}" != 0 ]; then
+  say "device time of every tile configuration"
+  timeout "${LEASE_TILES:-150}" "$PY" benchmarks/gpu_tiles.py --fit >"$LOG/tiles.log" 2>&1
+  echo "tiles exit $?" >>"$LOG/tiles.log"
+  tail -n 16 "$LOG/tiles.log"
 fi
 say "done"
