@@ -25,6 +25,7 @@ PyTorch operation. Workspaces (filter and bias gradients) are allocated from
 the calling library's memory pool.
 """
 
+import ctypes
 import numbers
 
 import numpy as np
@@ -58,15 +59,21 @@ _DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 # ------------------------------------------------------------ native module
 
+_module = None  # detconv._kernels once imported: a per-call import statement costs microseconds
+
+
 def _native():
-    try:
-        from detconv import _kernels
-    except ImportError as e:
-        raise ImportError(
-            "detconv's kernel module (detconv/_kernels*.so) is not built: install the package with "
-            "`pip install .`, or build it with `cmake -S . -B build -DDETCONV_WITH_TF=OFF && "
-            "cmake --build build`") from e
-    return _kernels
+    global _module
+    if _module is None:
+        try:
+            from detconv import _kernels as k
+        except ImportError as e:
+            raise ImportError(
+                "detconv's kernel module (detconv/_kernels*.so) is not built: install the package with "
+                "`pip install .`, or build it with `cmake -S . -B build -DDETCONV_WITH_TF=OFF && "
+                "cmake --build build`") from e
+        _module = k
+    return _module
 
 
 def cuda_available():
@@ -97,6 +104,45 @@ def set_cpu_isa(isa):
 
 
 # ------------------------------------------------------------- array kinds
+# The per-call costs below add up for tiny problems (batch-1 inference), hence the small caches: each maps
+# something immutable (a type, a dtype) to what the general way computes from it alone.
+
+# NumPy's dtype.name is computed in Python (microseconds). Keyed by the scalar type, which alone decides the
+# name of the parameterless float types in _DTYPES; other names are not kept.
+_NUMPY_DTYPE_NAMES = {}
+
+
+def _numpy_dtype_name(dtype):
+    name = _NUMPY_DTYPE_NAMES.get(dtype.type)
+    if name is None:
+        name = dtype.name
+        if name in _DTYPES:
+            _NUMPY_DTYPE_NAMES[dtype.type] = name
+    return name
+
+
+_TORCH_DTYPE_NAMES = {}  # torch.float32 -> "float32": torch dtypes are singletons
+
+
+def _torch_dtype_name(dtype):
+    name = _TORCH_DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = str(dtype).replace("torch.", "")
+        if name in _DTYPES:
+            _TORCH_DTYPE_NAMES[dtype] = name
+    return name
+
+
+_c_char_from_buffer, _addressof = ctypes.c_char.from_buffer, ctypes.addressof
+
+
+def _numpy_ptr(a):
+    """The data pointer of a C-contiguous NumPy array."""
+    try:  # through the buffer protocol: a quarter of a.ctypes.data's time
+        return _addressof(_c_char_from_buffer(a))
+    except Exception:  # read-only or empty, or a dtype without a buffer format (bfloat16): the general way
+        return a.ctypes.data
+
 
 class _NumPy:
     """NumPy arrays (and anything np.asarray takes): CPU kernels."""
@@ -114,10 +160,10 @@ class _NumPy:
         return np.ascontiguousarray(a)
 
     def dtype_name(self, a):
-        return str(a.dtype).replace("torch.", "") if self.torch is not None else a.dtype.name
+        return _torch_dtype_name(a.dtype) if self.torch is not None else _numpy_dtype_name(a.dtype)
 
     def ptr(self, a):
-        return a.data_ptr() if self.torch is not None else a.ctypes.data
+        return a.data_ptr() if self.torch is not None else _numpy_ptr(a)
 
     def empty(self, shape, like):
         if self.torch is not None:
@@ -125,7 +171,7 @@ class _NumPy:
         return np.empty(shape, dtype=like.dtype)
 
     def device(self, like):
-        return _NullContext()
+        return _NULL_CONTEXT
 
 
 class _CuPy:
@@ -139,7 +185,7 @@ class _CuPy:
 
     @staticmethod
     def dtype_name(a):
-        return a.dtype.name
+        return _numpy_dtype_name(a.dtype)  # CuPy's dtypes are NumPy's
 
     @staticmethod
     def ptr(a):
@@ -167,6 +213,9 @@ class _TorchCuda:
 
     def __init__(self, torch):
         self.torch = torch
+        # The current stream's handle without building a torch.cuda.Stream (3 us a call): the function torch's
+        # own compiled code uses; the public way where a torch lacks it.
+        self._raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
     @staticmethod
     def prepare(a):
@@ -174,7 +223,7 @@ class _TorchCuda:
 
     @staticmethod
     def dtype_name(a):
-        return str(a.dtype).replace("torch.", "")
+        return _torch_dtype_name(a.dtype)
 
     @staticmethod
     def ptr(a):
@@ -187,6 +236,8 @@ class _TorchCuda:
         return self.torch.empty((nbytes,), dtype=self.torch.uint8, device=like.device)
 
     def stream(self, like):
+        if self._raw_stream is not None:
+            return self._raw_stream(like.device.index)
         return self.torch.cuda.current_stream(like.device).cuda_stream
 
     @staticmethod
@@ -205,6 +256,9 @@ class _NullContext:
         return False
 
 
+_NULL_CONTEXT = _NullContext()  # stateless: one for all calls
+
+
 def _library_of(a):
     mod = type(a).__module__.split(".")[0]
     if mod == "cupy":
@@ -212,6 +266,26 @@ def _library_of(a):
     if mod == "torch":
         return "torch"
     return "numpy"
+
+
+_BACKENDS = {}  # "numpy", "torch-cpu", "torch-cuda", "cupy" -> its array kind, made once (it holds only a module)
+
+
+def _backend(name):
+    be = _BACKENDS.get(name)
+    if be is None:
+        if name == "cupy":
+            import cupy
+
+            be = _CuPy(cupy)
+        elif name.startswith("torch"):
+            import torch
+
+            be = _TorchCuda(torch) if name == "torch-cuda" else _NumPy(torch_cpu=torch)
+        else:
+            be = _NumPy()
+        _BACKENDS[name] = be
+    return be
 
 
 def _arrays(**named):
@@ -225,9 +299,7 @@ def _arrays(**named):
         raise TypeError(f"{items[1][0]}: all arrays must come from one library ({desc})")
     kind = kinds.pop()
     if kind == "cupy":
-        import cupy
-
-        be = _CuPy(cupy)
+        be = _backend("cupy")
     elif kind == "torch":
         import torch
 
@@ -237,9 +309,9 @@ def _arrays(**named):
         cuda = {k: v.is_cuda for k, v in items}
         if len(set(cuda.values())) > 1:
             raise TypeError(f"{items[1][0]}: mixes CPU and CUDA tensors")
-        be = _TorchCuda(torch) if items[0][1].is_cuda else _NumPy(torch_cpu=torch)
+        be = _backend("torch-cuda" if items[0][1].is_cuda else "torch-cpu")
     else:
-        be = _NumPy()
+        be = _backend("numpy")
     out = {}
     for k, v in named.items():
         if v is None:
@@ -274,9 +346,67 @@ def _int(v, name):
     return int(v)
 
 
+# Finalized native Problems (read-only, pure functions of their arguments; with _problem's output shape) by a
+# key that determines them: building one costs more than a tiny convolution. Failures raise and are never stored.
+_PROBLEMS = {}
+_PROBLEMS_MAX = 1024  # then the cache starts over (clear() is atomic: no lock needed between threads)
+
+
+def _cached_problem(key, make):
+    p = _PROBLEMS.get(key)
+    if p is None:
+        p = make()
+        if len(_PROBLEMS) >= _PROBLEMS_MAX:
+            _PROBLEMS.clear()
+        _PROBLEMS[key] = p
+    return p
+
+
+class _NotPlain(Exception):
+    pass
+
+
+def _plain(v):
+    """A strides / dilations / padding argument as a hashable key when it is plain: an int, a str or None, or
+    a list or tuple of ints, or of lists or tuples of ints (lists as tuples: _args reads both alike); raises
+    _NotPlain for anything else (NumPy ints, floats, bools, bytes, arrays...), which then takes the uncached
+    path. Only exact types count: subclasses may compare, hash or convert differently."""
+    t = type(v)
+    if t is int or t is str or v is None:
+        return v
+    if t is not tuple and t is not list:
+        raise _NotPlain
+    out = []
+    for e in v:
+        te = type(e)
+        if te is int:
+            out.append(e)
+        elif (te is tuple or te is list) and all(type(i) is int for i in e):
+            out.append(tuple(e))
+        else:
+            raise _NotPlain
+    return tuple(out)
+
+
 def _problem(x_logical, f_shape, strides, padding, dilations, data_format, ndims, dtype, accumulation, x_name,
              f_name):
-    """A finalized native Problem. x_logical is (N, D, H, W, C); f_shape is the filter's ([D]HWIO) shape."""
+    """(a finalized native Problem, its output's shape in data_format). x_logical is (N, D, H, W, C); f_shape is
+    the filter's ([D]HWIO) shape."""
+    make = lambda: _make_problem(x_logical, f_shape, strides, padding, dilations, data_format, ndims,  # noqa: E731
+                                 dtype, accumulation, x_name, f_name)
+    # x_logical holds ints; the names only appear in errors, which are never cached.
+    try:
+        if type(data_format) is not str or (accumulation is not None and type(accumulation) is not str):
+            raise _NotPlain
+        key = (ndims, x_logical, _plain(f_shape), _plain(strides), _plain(padding), _plain(dilations),
+               data_format, dtype, accumulation)
+    except _NotPlain:
+        return make()
+    return _cached_problem(key, make)
+
+
+def _make_problem(x_logical, f_shape, strides, padding, dilations, data_format, ndims, dtype, accumulation, x_name,
+                  f_name):
     N, D, H, W, C = x_logical
     if len(f_shape) != ndims + 2:
         raise ValueError(f"{f_name}: expected a {ndims + 2}-D {'DHWIO' if ndims == 3 else 'HWIO'} shape, "
@@ -298,14 +428,14 @@ def _problem(x_logical, f_shape, strides, padding, dilations, data_format, ndims
     pads = [0] * (6 - len(explicit)) + explicit  # (pf, pk, pt, pb, pl, pr); none explicit: all 0
     accum = _args.accumulation(accumulation, dtype)
     layout = "NHWC" if _args.channels_last(data_format) else "NCHW"
-    return _native().Problem(N, H, W, C, KH, KW, Cg, Co, st[1], st[2], dl[1], dl[2], mode, *pads[2:], layout, dtype,
-                             "" if accum == "default" else accum, D=D, KD=KD, sd=st[0], dd=dl[0], pf=pads[0],
-                             pk=pads[1])
+    p = _native().Problem(N, H, W, C, KH, KW, Cg, Co, st[1], st[2], dl[1], dl[2], mode, *pads[2:], layout, dtype,
+                          "" if accum == "default" else accum, D=D, KD=KD, sd=st[0], dd=dl[0], pf=pads[0], pk=pads[1])
+    return p, _in_format(p.N, p.OD, p.OH, p.OW, p.Co, data_format, ndims)
 
 
 def _logical(shape, data_format, name, ndims):
     """An input- or output-shaped array's shape in data_format -> (N, D, H, W, C) (D = 1 below three dims)."""
-    shape = tuple(int(d) for d in shape)
+    shape = tuple(map(int, shape))
     if len(shape) != ndims + 2:
         raise ValueError(f"{name}: expected a {ndims + 2}-D {data_format} shape, got {shape}")
     n, c, sp = (shape[0], shape[-1], shape[1:-1]) if _args.channels_last(data_format) else \
@@ -345,14 +475,14 @@ def _fprop(ndims, x, f, strides, padding, dilations, bias, accumulation, data_fo
     data_format = _args.data_format(data_format, ndims)
     be, a, dtype = _arrays(x=x, f=f, bias=bias)
     x, f, bias = a["x"], a["f"], a["bias"]
-    p = _problem(_logical(x.shape, data_format, "x", ndims), tuple(f.shape), strides, padding, dilations,
-                 data_format, ndims, dtype, accumulation, "x", "f")
+    p, y_shape = _problem(_logical(x.shape, data_format, "x", ndims), tuple(f.shape), strides, padding, dilations,
+                          data_format, ndims, dtype, accumulation, "x", "f")
     if bias is not None and tuple(bias.shape) != (p.Co,):
         raise ValueError(f"bias: expected shape ({p.Co},), got {tuple(bias.shape)}")
     nthreads = _threads(threads)
     k = _native()
     with be.device(x):
-        y = be.empty(_in_format(p.N, p.OD, p.OH, p.OW, p.Co, data_format, ndims), x)
+        y = be.empty(y_shape, x)
         bptr = be.ptr(bias) if bias is not None else 0
         if be.gpu:
             _need_gpu(k)
@@ -367,9 +497,8 @@ def _dgrad(ndims, dy, f, input_shape, strides, padding, dilations, accumulation,
     be, a, dtype = _arrays(dy=dy, f=f)
     dy, f = a["dy"], a["f"]
     x_logical = _logical(_shape_arg(input_shape, "input_shape", ndims + 2), data_format, "input_shape", ndims)
-    p = _problem(x_logical, tuple(f.shape), strides, padding, dilations, data_format, ndims, dtype, accumulation,
-                 "input_shape", "f")
-    want = _in_format(p.N, p.OD, p.OH, p.OW, p.Co, data_format, ndims)
+    p, want = _problem(x_logical, tuple(f.shape), strides, padding, dilations, data_format, ndims, dtype,
+                       accumulation, "input_shape", "f")
     if tuple(dy.shape) != want:
         raise ValueError(f"dy: expected shape {want} for this input_shape and filter, got {tuple(dy.shape)}")
     nthreads = _threads(threads)
@@ -389,9 +518,8 @@ def _wgrad(ndims, x, dy, filter_shape, strides, padding, dilations, accumulation
     be, a, dtype = _arrays(x=x, dy=dy)
     x, dy = a["x"], a["dy"]
     filter_shape = _shape_arg(filter_shape, "filter_shape", ndims + 2)
-    p = _problem(_logical(x.shape, data_format, "x", ndims), filter_shape, strides, padding, dilations, data_format,
-                 ndims, dtype, accumulation, "x", "filter_shape")
-    want = _in_format(p.N, p.OD, p.OH, p.OW, p.Co, data_format, ndims)
+    p, want = _problem(_logical(x.shape, data_format, "x", ndims), filter_shape, strides, padding, dilations,
+                       data_format, ndims, dtype, accumulation, "x", "filter_shape")
     if tuple(dy.shape) != want:
         raise ValueError(f"dy: expected shape {want} for this x and filter_shape, got {tuple(dy.shape)}")
     nthreads = _threads(threads)
@@ -532,9 +660,10 @@ def bias_grad(dy, *, accumulation=None, data_format="NHWC", threads=None):
         if Co == 0:
             return db
         # A 1x1 VALID problem whose output is dy: R = N*OD*OH*OW and F = Co as the contract says.
-        p = k.Problem(N, OH, OW, Co, 1, 1, Co, Co, 1, 1, 1, 1, "VALID", 0, 0, 0, 0,
-                      "NHWC" if _args.channels_last(data_format) else "NCHW", dtype,
-                      "" if accum == "default" else accum, D=OD)
+        layout = "NHWC" if _args.channels_last(data_format) else "NCHW"
+        p = _cached_problem(("bias_grad", N, OD, OH, OW, Co, layout, dtype, accum), lambda: k.Problem(
+            N, OH, OW, Co, 1, 1, Co, Co, 1, 1, 1, 1, "VALID", 0, 0, 0, 0, layout, dtype,
+            "" if accum == "default" else accum, D=OD))
         if be.gpu:
             _need_gpu(k)
             nbytes = p.bgrad_gpu_workspace_bytes
