@@ -118,21 +118,30 @@ combine_flat_kernel(const i64 F, const Chunks chunks, const typename Num::S* __r
   }
 }
 
+// The combine's kernels: one thread per output, 32-wide blocks, 8-wide blocks
+// (DETCONV_CUDA_TILE forces one, as for the GEMM tiles).
+constexpr int kCombineConfigs = 3;
+
+inline int choose_combine(i64 F) {
+  const int forced = forced_tile(kCombineConfigs);
+  if (forced >= 0) return forced;
+  if (F >= kFewThreads) return 0;
+  return F >= 32 * kFewThreads / 256 ? 1 : 2;  // below two 32-wide blocks per SM: 4x deeper batches
+}
+
 template <class Num>
 const char* launch_combine(i64 F, const Chunks& ch, const void* ws, void* out, cudaStream_t stream, const char* where) {
   if (F <= 0) return nullptr;
   using S = typename Num::S;
   using T = typename Num::T;
   // R = 0 (no parts): every output is +0, which the combine of no parts writes.
-  if (F >= kFewThreads)
-    return launch(&combine_flat_kernel<Num>, grid_for(ceil_div(F, 256)), 256, stream, where, F, ch,
-                  static_cast<const S*>(ws), static_cast<T*>(out));
-  // Fewer outputs than two 32-wide blocks per SM: 8-wide blocks, 4x deeper batches.
-  if (F < 32 * kFewThreads / 256)
-    return launch(&combine_kernel<Num, 8, 256>, grid_for(ceil_div(F, 8)), 256, stream, where, F, ch,
-                  static_cast<const S*>(ws), static_cast<T*>(out));
-  return launch(&combine_kernel<Num, 32, 64>, grid_for(ceil_div(F, 32)), 256, stream, where, F, ch,
-                static_cast<const S*>(ws), static_cast<T*>(out));
+  const S* parts = static_cast<const S*>(ws);
+  T* dst = static_cast<T*>(out);
+  switch (choose_combine(F)) {
+    case 0: return launch(&combine_flat_kernel<Num>, grid_for(ceil_div(F, 256)), 256, stream, where, F, ch, parts, dst);
+    case 1: return launch(&combine_kernel<Num, 32, 64>, grid_for(ceil_div(F, 32)), 256, stream, where, F, ch, parts, dst);
+    default: return launch(&combine_kernel<Num, 8, 256>, grid_for(ceil_div(F, 8)), 256, stream, where, F, ch, parts, dst);
+  }
 }
 
 template <class Num>

@@ -25,10 +25,12 @@ _CUDA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "cu
 
 def cuda_tile_configs():
     """How many configurations the busiest CUDA launcher chooses from (kConvConfigs,
-    kWgradConfigs: their one home is the launchers' headers). DETCONV_CUDA_TILE=k
-    forces configuration k mod that launcher's own count, so 0..this-1 reach every one."""
+    kWgradConfigs, kCombineConfigs: their one home is the launchers' headers).
+    DETCONV_CUDA_TILE=k forces configuration k mod that launcher's own count, so
+    0..this-1 reach every one."""
     counts = []
-    for header, name in (("conv_launch.cuh", "kConvConfigs"), ("wgrad_parts.cuh", "kWgradConfigs")):
+    for header, name in (("conv_launch.cuh", "kConvConfigs"), ("wgrad_parts.cuh", "kWgradConfigs"),
+                         ("reduce.cuh", "kCombineConfigs")):
         with open(os.path.join(_CUDA, header)) as fh:
             m = re.search(rf"constexpr int {name} = (\d+);", fh.read())
         assert m, f"{name} not found in cuda/{header}"

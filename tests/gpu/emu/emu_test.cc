@@ -337,18 +337,15 @@ int main(int argc, char** argv) {
     if (err || !same_bits(want, got)) { std::printf("BGRAD (bare problem) MISMATCH %s\n", err ? err : ""); ++bad; }
     ++done;
   }
-  // A filter of at least kFewThreads = 264 * 256 values (cuda/common.cuh), which the combine
-  // gives one thread per output, in 9 chunks (an unrolled batch of 8 parts, then one more);
-  // float32 and native float16 accumulation.
-  for (int acc16 = 0; acc16 < 2; ++acc16) {
-    ConvProblem big;
-    big.N = 1; big.H = 24; big.W = 24; big.C = 288; big.KH = 1; big.KW = 1; big.Cg = 288; big.Co = 288;
-    if (acc16) { big.dtype = DType::kFloat16; big.accum = Accum::kFloat16; }
-    finalize_problem(big, Padding::kValid);
-    const Chunks ch = reduction_chunks(big.R(), big.filter_elems());
-    if (big.filter_elems() < 264 * 256 || ch.P != 9) { std::printf("big-filter case: F %lld P %lld\n",
-        (long long)big.filter_elems(), (long long)ch.P); ++bad; }
-    bad += run(big, false); ++done;
+  // 18 chunks of a small filter: the combine's kernels (forced in turn by DETCONV_CUDA_TILE)
+  // over unrolled batches of parts and a remainder, and past one staged batch of the 8-wide blocks.
+  for (int layout = 0; layout < 2; ++layout) {
+    ConvProblem many;
+    many.N = 2; many.H = 24; many.W = 24; many.C = 2; many.KH = 3; many.KW = 3; many.Cg = 2; many.Co = 3;
+    many.layout = Layout(layout);
+    finalize_problem(many, Padding::kSame);
+    if (reduction_chunks(many.R(), many.filter_elems()).P != 18) { std::printf("many-chunks case: P\n"); ++bad; }
+    bad += run(many, false); ++done;
   }
   for (int k = 0; k < cases; ++k) {
     ConvProblem p;
