@@ -31,13 +31,12 @@ from gpu_helpers import cuda_tile_configs
 # wgrad: the same); DETCONV_CUDA_TILE=k forces configuration k.
 CONFIGS = cuda_tile_configs()
 CASES_AUTO = int(os.environ.get("DETCONV_EMU_CASES", "1200"))
-# Per forced configuration, and for the sanitized build. The emulator's cost is one context
-# switch per thread per barrier, and the small tiles that the cost model picks for the
-# emulator's small problems (as it would on a GPU) switch 4x as often per output as 128x128:
-# with the old counts (400 each) CI's test run grew from 10 to 33 minutes; with these the
-# test takes 9 minutes on two cores.
-CASES_FORCED = CASES_AUTO // 5
-CASES_SANITIZED = CASES_AUTO // 10
+# Per forced configuration, and for the sanitized build (slower per case). The emulator's
+# cost is one fiber switch per thread per barrier; since the switch stopped being
+# swapcontext (two system calls) the compiles dominate: the test takes about 5 minutes on
+# two cores, two thirds of it building.
+CASES_FORCED = CASES_AUTO // 3
+CASES_SANITIZED = CASES_AUTO // 6
 
 needs_cxx = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None, reason="no host C++ compiler")
 skip_emu = pytest.mark.skipif(os.environ.get("DETCONV_SKIP_EMU") == "1", reason="DETCONV_SKIP_EMU=1")

@@ -1,8 +1,7 @@
 // A tiny host emulation of the CUDA features the detconv kernels use, so the
 // kernels' tiling and indexing can be tested bit for bit without a GPU.
 //
-// Each block runs as blockDim.x cooperative fibers (ucontext) on one OS
-// thread; __syncthreads() switches to the next fiber, and a block proceeds
+// Each block runs as blockDim.x cooperative fibers on one OS thread; __syncthreads() switches to the next fiber, and a block proceeds
 // past a barrier only when every thread has reached it (a thread that exits
 // while others wait is reported as a divergent barrier). __shared__ arrays are
 // function statics: blocks run one after another, so that is exact.
@@ -49,14 +48,76 @@ inline double __dadd_rn(double a, double b) { return a + b; }
 
 namespace emu {
 
+// Fiber switching. swapcontext saves and restores the signal mask (a system
+// call each way), which made the emulator spend 80% of its time in the kernel;
+// on x86-64 a switch is the callee-saved registers, MXCSR and the x87 control
+// word pushed on one stack and popped from the other (System V ABI), ucontext
+// elsewhere. A fiber is made once per thread index and then runs block after
+// block (fiber_loop), so starting a block costs no context set-up either.
+#if defined(__x86_64__) && !defined(EMU_UCONTEXT)
+#define EMU_X64_SWITCH 1
+extern "C" void emu_switch_x64(void** save_sp, void* load_sp);
+extern "C" void emu_fiber_start_x64();
+// Weak: every translation unit that includes this header defines the same two.
+// A new fiber's first switch pops the frame make_fiber wrote and returns into
+// emu_fiber_start_x64, which calls the function left in r12 with rbx as its argument.
+asm(R"(
+  .pushsection .text
+  .weak emu_switch_x64
+  .type emu_switch_x64, @function
+emu_switch_x64:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size emu_switch_x64, .-emu_switch_x64
+  .weak emu_fiber_start_x64
+  .type emu_fiber_start_x64, @function
+emu_fiber_start_x64:
+  movq %rbx, %rdi
+  call *%r12
+  ud2
+  .size emu_fiber_start_x64, .-emu_fiber_start_x64
+  .popsection
+)");
+struct Context {
+  void* sp = nullptr;
+};
+#else
+struct Context {
+  ucontext_t uc;
+};
+#endif
+
 struct Fiber {
-  ucontext_t ctx;
+  Context ctx;
   std::vector<char> stack;
   int state = 0;  // 0 ready, 1 waiting at a barrier, 2 exited
+  void* fake_stack = nullptr;  // AddressSanitizer's bookkeeping across switches
 };
 
 struct Scheduler {
-  ucontext_t main;
+  Context main;
+  void* main_fake_stack = nullptr;
+  const void* main_bottom = nullptr;
+  size_t main_size = 0;
   std::vector<Fiber> fibers;
   unsigned cur = 0;
   const std::function<void()>* body = nullptr;
@@ -72,30 +133,83 @@ inline Scheduler& sched() {
   return s;
 }
 
-inline void fiber_entry() {
+// AddressSanitizer is told of every stack switch (else it would take the
+// fibers' frames for overflows of the heap blocks their stacks live in).
+#if defined(__SANITIZE_ADDRESS__)
+extern "C" void __sanitizer_start_switch_fiber(void** fake_stack_save, const void* bottom, size_t size);
+extern "C" void __sanitizer_finish_switch_fiber(void* fake_stack_save, const void** bottom_old, size_t* size_old);
+#else
+inline void __sanitizer_start_switch_fiber(void**, const void*, size_t) {}
+inline void __sanitizer_finish_switch_fiber(void*, const void**, size_t*) {}
+#endif
+
+inline void switch_context(Context& from, Context& to) {
+#ifdef EMU_X64_SWITCH
+  emu_switch_x64(&from.sp, to.sp);
+#else
+  swapcontext(&from.uc, &to.uc);
+#endif
+}
+
+// From the running fiber back to the scheduler.
+inline void to_scheduler(Scheduler& s) {
+  Fiber& f = s.fibers[s.cur];
+  __sanitizer_start_switch_fiber(&f.fake_stack, s.main_bottom, s.main_size);
+  switch_context(f.ctx, s.main);
+  __sanitizer_finish_switch_fiber(f.fake_stack, nullptr, nullptr);
+}
+
+inline void fiber_loop(void*) {
   Scheduler& s = sched();
-  (*s.body)();
-  s.fibers[s.cur].state = 2;  // uc_link returns to the scheduler
+  __sanitizer_finish_switch_fiber(nullptr, &s.main_bottom, &s.main_size);
+  for (;;) {
+    (*s.body)();
+    s.fibers[s.cur].state = 2;
+    to_scheduler(s);  // resumed when a later block starts
+  }
+}
+
+#ifndef EMU_X64_SWITCH
+inline void fiber_entry() { fiber_loop(nullptr); }
+#endif
+
+inline void make_fiber(Fiber& f) {
+  f.stack.resize(256 * 1024);
+#ifdef EMU_X64_SWITCH
+  // the frame emu_switch_x64 pops: MXCSR and control word, r15..r12, rbx, rbp, return address
+  uintptr_t top = (reinterpret_cast<uintptr_t>(f.stack.data()) + f.stack.size()) & ~uintptr_t(15);
+  void** frame = reinterpret_cast<void**>(top - 64);
+  uint32_t csr[2];
+  asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(csr[0]), "=m"(csr[1]));
+  std::memcpy(&frame[0], csr, 8);
+  frame[1] = frame[2] = frame[3] = nullptr;                           // r15, r14, r13
+  frame[4] = reinterpret_cast<void*>(&fiber_loop);                    // r12: the function
+  frame[5] = nullptr;                                                 // rbx: its argument
+  frame[6] = nullptr;                                                 // rbp
+  frame[7] = reinterpret_cast<void*>(&emu_fiber_start_x64);          // return address
+  f.ctx.sp = frame;
+#else
+  getcontext(&f.ctx.uc);
+  f.ctx.uc.uc_stack.ss_sp = f.stack.data();
+  f.ctx.uc.uc_stack.ss_size = f.stack.size();
+  f.ctx.uc.uc_link = nullptr;  // fiber_loop never returns
+  makecontext(&f.ctx.uc, fiber_entry, 0);
+#endif
 }
 
 inline void syncthreads() {
   Scheduler& s = sched();
   s.fibers[s.cur].state = 1;
-  swapcontext(&s.fibers[s.cur].ctx, &s.main);
+  to_scheduler(s);
 }
 
 inline void run_block(unsigned block, const std::function<void()>& body) {
   Scheduler& s = sched();
   s.body = &body;
-  if (s.fibers.size() < block) s.fibers.resize(block);
+  if (s.fibers.size() < block) s.fibers.resize(block);  // moves keep the stacks where they are
   for (unsigned t = 0; t < block; ++t) {
     Fiber& f = s.fibers[t];
-    if (f.stack.empty()) f.stack.resize(256 * 1024);
-    getcontext(&f.ctx);
-    f.ctx.uc_stack.ss_sp = f.stack.data();
-    f.ctx.uc_stack.ss_size = f.stack.size();
-    f.ctx.uc_link = &s.main;
-    makecontext(&f.ctx, fiber_entry, 0);
+    if (f.stack.empty()) make_fiber(f);
     f.state = 0;
   }
   static const bool plain = [] {
@@ -106,10 +220,13 @@ inline void run_block(unsigned block, const std::function<void()>& body) {
     const unsigned mode = plain ? 0 : s.phase++ % 3, rot = block > 1 ? (s.phase * 7919u) % block : 0;
     for (unsigned k = 0; k < block; ++k) {
       const unsigned t = mode == 0 ? k : mode == 1 ? block - 1 - k : (k + rot) % block;
-      if (s.fibers[t].state != 0) continue;
+      Fiber& f = s.fibers[t];
+      if (f.state != 0) continue;
       s.cur = t;
       threadIdx.x = t;
-      swapcontext(&s.main, &s.fibers[t].ctx);
+      __sanitizer_start_switch_fiber(&s.main_fake_stack, f.stack.data(), f.stack.size());
+      switch_context(s.main, f.ctx);
+      __sanitizer_finish_switch_fiber(s.main_fake_stack, nullptr, nullptr);
     }
     unsigned done = 0, waiting = 0;
     for (unsigned t = 0; t < block; ++t) {
