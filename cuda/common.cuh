@@ -28,6 +28,21 @@
 namespace detconv {
 namespace gpu {
 
+// ------------------------------------------------------------ predicated fmas
+// c = fma(a, b, c) where `on`, else c untouched. For binary32 one predicated
+// FFMA (`@p fma.rn.f32`, the instruction of __fmaf_rn), as cheap as a plain one,
+// so the input gradient's threads that skip different taps neither branch nor
+// diverge. (ptxas turns a predicated f64 or f16x2 fma into an fma plus selects
+// or moves, which cost more than a branch: those accumulators keep the branch.)
+__device__ __forceinline__ void fma_if(bool on, float a, float b, float& c) {
+#if defined(DETCONV_CUDA_EMULATION)
+  if (on) c = __fmaf_rn(a, b, c);
+#else
+  asm("{\n\t.reg .pred p;\n\tsetp.ne.u32 p, %3, 0;\n\t@p fma.rn.f32 %0, %1, %2, %0;\n\t}"
+      : "+f"(c) : "f"(a), "f"(b), "r"(unsigned(on)));
+#endif
+}
+
 // ------------------------------------------------------------ numerics policies
 // T: element type in memory; S: accumulator type (also the type staged in
 // shared memory, so each tile converts an input once).

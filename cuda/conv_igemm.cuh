@@ -297,6 +297,11 @@ igemm_kernel(const ConvProblem p, const IgemmGeo geo, const typename Num::T* __r
     };
 
     constexpr unsigned kAllRows = (1u << Cfg::TM) - 1u;
+    // dgrad with binary32 accumulators: predicated FFMAs everywhere (fma_if), as cheap as
+    // plain ones. Choosing the plain fold for threads whose rows are all live made a warp
+    // run both folds, one after the other, wherever its rows straddle an image edge: most
+    // warps of a 56-pixel-wide layer.
+    constexpr bool kPredAll = kDgrad && std::is_same<S, float>::value;
     Accum<Num, Cfg> acc;
     acc.zero();
     // The load cursor (fprop: flattened index kk; dgrad: tap cursor dc) runs one
@@ -328,10 +333,10 @@ igemm_kernel(const ConvProblem p, const IgemmGeo geo, const typename Num::T* __r
         for (int u = 0; u < UA; ++u) la_tap[u].step(p, BK);
       }
       if (more) load(kk, dc);  // in flight during this step's fmas
-      if (!kDgrad || live == kAllRows)  // interior rows: no predicates at all
-        acc.template fold<false>(sm.a[buf], sm.b[buf], kc, tm, tn, live);
-      else
+      if (kPredAll || (kDgrad && live != kAllRows))
         acc.template fold<true>(sm.a[buf], sm.b[buf], kc, tm, tn, live);
+      else  // interior rows: no predicates at all
+        acc.template fold<false>(sm.a[buf], sm.b[buf], kc, tm, tn, live);
       if (!more) break;
       kc = step_len();
       if (kDgrad && dc.t != live_tap) {

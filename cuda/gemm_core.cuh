@@ -122,11 +122,18 @@ struct Accum {
     for (int s = 0; s < Cfg::TM / 4; ++s) load_quad(as + s * (Cfg::TPM * 4) + tm * 4, a + 4 * s);
 #pragma unroll
     for (int s = 0; s < Cfg::TN / 4; ++s) load_quad(bs + s * (Cfg::TPN * 4) + tn * 4, b + 4 * s);
+    constexpr bool kPredFma = kPred && std::is_same<S, float>::value;  // see fma_if
 #pragma unroll
     for (int i = 0; i < Cfg::TM; ++i) {
-      if (kPred && !((live >> i) & 1u)) continue;
+      const bool on = (live >> i) & 1u;
+      if (kPred && !kPredFma && !on) continue;
 #pragma unroll
-      for (int j = 0; j < Cfg::TN; ++j) v[i][j] = Num::fma(a[i], b[j], v[i][j]);
+      for (int j = 0; j < Cfg::TN; ++j) {
+        if constexpr (kPredFma)
+          fma_if(on, a[i], b[j], v[i][j]);
+        else
+          v[i][j] = Num::fma(a[i], b[j], v[i][j]);
+      }
     }
   }
 
