@@ -13,7 +13,11 @@ numerics flags (see cmake/cuda.cmake), disassembles it with cuobjdump -sass and
 Usage:
     python scripts/sass_audit.py [--archs 80,90] [--jobs N] [--build DIR]
                                  [--src DIR] [--include DIR] [--filter REGEX]
-                                 [--json FILE] [--markdown] [--no-table]
+                                 [--binary LIB.so] [--json FILE] [--markdown] [--no-table]
+
+--binary audits the cubins a built library carries as well (the numerics rules
+only), e.g. the installed kernel module: the test suite audits sm_90 there,
+where the build already compiled it, and compiles only sm_80 itself.
 
 Exit codes: 0 clean, 1 numerics violations, 2 compile/disassembly error,
 77 toolchain missing (nvcc or its host C++ compiler, or cuobjdump + nvdisasm;
@@ -666,8 +670,28 @@ def analyse_cubin(cuobjdump, env, cubin: Path):
         raise RuntimeError(f"cuobjdump -sass {cubin.name}: {r.stderr.strip()}")
     e = subprocess.run([cuobjdump, "-elf", str(cubin)], capture_output=True, text=True, env=env)
     threads = parse_elf_threads(e.stdout) if e.returncode == 0 else {}
+    return analyse_sass(r.stdout, threads)
+
+
+def extract_cubins(cuobjdump, env, path: Path, out: Path) -> list[tuple[str, Path]]:
+    """The cubins a built library carries (e.g. detconv/_kernels*.so: what ships,
+    compiled by the project's own build), extracted into `out`, with their architectures."""
+    out.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run([cuobjdump, "-xelf", "all", str(path.resolve())], capture_output=True, text=True,
+                       env=env, cwd=out)
+    if r.returncode != 0:
+        raise RuntimeError(f"cuobjdump -xelf {path.name}: {r.stderr.strip()}")
+    found = []
+    for name in re.findall(r"Extracting ELF file\s+\d+:\s+(\S+)", r.stdout):
+        m = re.search(r"\.sm_(\d+[af]?)\.cubin$", name)
+        if m:
+            found.append((m.group(1), out / name))
+    return found
+
+
+def analyse_sass(sass: str, threads: dict[str, int]) -> list[dict]:
     out = []
-    for name, lines in split_functions(r.stdout):
+    for name, lines in split_functions(sass):
         insns, labels = parse_insns(lines)
         viol, notes = audit_insns(insns)
         ml = main_loop(insns, labels)
@@ -752,6 +776,9 @@ def main(argv=None) -> int:
     ap.add_argument("--table", dest="table", action="store_true", default=True,
                     help="print the performance table (default)")
     ap.add_argument("--no-table", dest="table", action="store_false")
+    ap.add_argument("--binary", action="append", default=[],
+                    help="also audit the SASS embedded in this built library (every architecture it "
+                         "carries; repeatable), e.g. the installed detconv/_kernels*.so")
     ap.add_argument("--threads-default", type=int, default=256,
                     help="threads per block when the cubin has no __launch_bounds__")
     args = ap.parse_args(argv)
@@ -784,8 +811,24 @@ def main(argv=None) -> int:
     tmp_ctx = tempfile.TemporaryDirectory(prefix="sass_audit_") if not args.build else None
     build = Path(args.build) if args.build else Path(tmp_ctx.name)
     build.mkdir(parents=True, exist_ok=True)
+    bin_pool = None
     try:
         probe_disassembler(nvcc, cuobjdump, env, archs[0], build)
+
+        # built libraries: their cubins are analysed alongside the compiles below
+        shipped: dict[Path, list[tuple[str, Path]]] = {}
+        for i, b in enumerate(map(Path, args.binary)):
+            try:
+                shipped[b] = extract_cubins(cuobjdump, env, b, build / f"binary{i}")
+            except RuntimeError as e:
+                print(f"sass_audit: {e}")
+                return EXIT_ERROR
+            if not shipped[b]:
+                print(f"sass_audit: {b} carries no SASS")
+                return EXIT_ERROR
+        bin_pool = cf.ThreadPoolExecutor(max_workers=1)  # one: the compiles have the other cores
+        bin_futs = {(b, a, c): bin_pool.submit(analyse_cubin, cuobjdump, env, c)
+                    for b, cubins in shipped.items() for a, c in cubins}
 
         # compile
         tasks = [(s, a) for a in archs for s in sources]
@@ -824,9 +867,18 @@ def main(argv=None) -> int:
                 except RuntimeError as e:
                     print(f"sass_audit: {e}")
                     return EXIT_ERROR
+        binaries: dict[Path, dict[str, list]] = {}
+        for (b, a, c), fut in bin_futs.items():
+            try:
+                binaries.setdefault(b, {}).setdefault(a, []).extend(fut.result())
+            except RuntimeError as e:
+                print(f"sass_audit: {e}")
+                return EXIT_ERROR
+        bin_pool.shutdown()
         log(f"sass_audit: disassembled and analysed ({time.time() - t_start:.1f} s)")
 
-        names = sorted({f["mangled"] for fs in results.values() for f in fs})
+        names = sorted({f["mangled"] for fs in results.values() for f in fs}
+                       | {f["mangled"] for per in binaries.values() for fs in per.values() for f in fs})
         dem = demangle(names)
 
         all_funcs, all_viol = [], []
@@ -857,6 +909,23 @@ def main(argv=None) -> int:
                     rec["violations"] = [dataclasses.asdict(v) for v in f["violations"]]
                     all_funcs.append(rec)
 
+        # built libraries: the numerics rules only (ptxas' resource report is not in a binary)
+        bin_lines = []
+        for b, per in binaries.items():
+            for a, fs in sorted(per.items()):
+                nv = 0
+                for f in fs:
+                    full = dem.get(f["mangled"], f["mangled"])
+                    if rx and not (rx.search(full) or rx.search(f["mangled"])):
+                        continue
+                    for v in f["violations"]:
+                        v.function, v.arch, v.src = compact(full), f"sm_{a}", b.name
+                        all_viol.append(v)
+                        nv += 1
+                n_insns = sum(f["n_insns"] for f in fs)
+                bin_lines.append(f"audit sm_{a} of {b.name}: {len(fs)} functions, {n_insns} instructions, "
+                                 f"{nv} violations")
+
         # report
         if all_viol:
             print(f"VIOLATIONS ({len(all_viol)}):")
@@ -879,6 +948,8 @@ def main(argv=None) -> int:
             nv = sum(len(f["violations"]) for f in fs)
             print(f"audit sm_{a}: {len(fs)} functions, {sum(f['n_insns'] for f in fs)} instructions, "
                   f"{nv} violations")
+        for line in bin_lines:
+            print(line)
 
         if args.table:
             for a in archs:
@@ -891,11 +962,15 @@ def main(argv=None) -> int:
                 json.dump({"tools": {"nvcc": nvcc, "cuobjdump": cuobjdump, "nvdisasm": nvdisasm},
                            "flags": NUMERICS_FLAGS, "archs": archs, "src": str(src_dir),
                            "seconds": round(elapsed, 1), "functions": all_funcs,
-                           "violations": [dataclasses.asdict(v) for v in all_viol]},
+                           "violations": [dataclasses.asdict(v) for v in all_viol],
+                           "binaries": {str(b): {a: sorted(f["mangled"] for f in fs) for a, fs in per.items()}
+                                        for b, per in binaries.items()}},
                           fh, indent=1)
         log(f"sass_audit: done in {elapsed:.1f} s")
         return EXIT_VIOLATIONS if all_viol else 0
     finally:
+        if bin_pool:
+            bin_pool.shutdown(cancel_futures=True)
         if tmp_ctx:
             tmp_ctx.cleanup()
 
