@@ -151,12 +151,11 @@ inline void switch_context(Context& from, Context& to) {
 #endif
 }
 
-// From the running fiber back to the scheduler.
+// From the running fiber back to the scheduler (s.cur is this fiber again on return).
 inline void to_scheduler(Scheduler& s) {
-  Fiber& f = s.fibers[s.cur];
-  __sanitizer_start_switch_fiber(&f.fake_stack, s.main_bottom, s.main_size);
-  switch_context(f.ctx, s.main);
-  __sanitizer_finish_switch_fiber(f.fake_stack, nullptr, nullptr);
+  __sanitizer_start_switch_fiber(&s.fibers[s.cur].fake_stack, s.main_bottom, s.main_size);
+  switch_context(s.fibers[s.cur].ctx, s.main);
+  __sanitizer_finish_switch_fiber(s.fibers[s.cur].fake_stack, nullptr, nullptr);
 }
 
 inline void fiber_loop(void*) {
@@ -206,7 +205,13 @@ inline void syncthreads() {
 inline void run_block(unsigned block, const std::function<void()>& body) {
   Scheduler& s = sched();
   s.body = &body;
-  if (s.fibers.size() < block) s.fibers.resize(block);  // moves keep the stacks where they are
+  // Never reallocated: a suspended fiber's frames must not outlive the Fiber they belong to.
+  if (block > 1024) {
+    std::fprintf(stderr, "emu: block of %u threads (CUDA allows 1024)\n", block);
+    std::abort();
+  }
+  if (s.fibers.capacity() < 1024) s.fibers.reserve(1024);
+  if (s.fibers.size() < block) s.fibers.resize(block);
   for (unsigned t = 0; t < block; ++t) {
     Fiber& f = s.fibers[t];
     if (f.stack.empty()) make_fiber(f);
