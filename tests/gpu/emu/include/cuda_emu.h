@@ -1,9 +1,10 @@
 // A tiny host emulation of the CUDA features the detconv kernels use, so the
 // kernels' tiling and indexing can be tested bit for bit without a GPU.
 //
-// Each block runs as blockDim.x cooperative fibers on one OS thread; __syncthreads() switches to the next fiber, and a block proceeds
-// past a barrier only when every thread has reached it (a thread that exits
-// while others wait is reported as a divergent barrier). __shared__ arrays are
+// Each block runs as blockDim.x cooperative fibers on one OS thread;
+// __syncthreads() switches to the next fiber, and a block proceeds past a
+// barrier only when every thread has reached it (a thread that exits while
+// others wait is reported as a divergent barrier). __shared__ arrays are
 // function statics: blocks run one after another, so that is exact.
 // Arithmetic intrinsics map to IEEE host operations (compile with
 // -ffp-contract=off); binary16 arithmetic uses the exact emulation of
