@@ -388,11 +388,13 @@ def _padded_run_operands(rng, x_shape, f_shape, dtype):
     return x, f
 
 
-# Wide tiles run float32 lanes only: their cases skip float64 (whose reference is slow).
+# float64 runs the register-tile and 3-D cases only: its reference takes the exact rational route for
+# every fma of these subnormal products (the 512-channel "tile" cases took 60-76 s each in CI), and the
+# wide tiles run float32 lanes only.
 PADDED_RUN_PARAMS = [pytest.param(case, dt, acc, id=f"{case[0]}-{tag}")
                      for case in PADDED_RUN_CASES
                      for (dt, acc), tag in zip(PADDED_RUN_DTYPES, ["f32", "f64", "f16acc"])
-                     if not ("wide" in case[0] and dt == "float64")]
+                     if not (dt == "float64" and ("wide" in case[0] or case[0].startswith("tile")))]
 
 
 @pytest.mark.parametrize("case,dtype,accumulation", PADDED_RUN_PARAMS)
