@@ -3,8 +3,11 @@
 Both run in this one process with the same intra-op thread count: forward,
 input gradient and filter gradient, each timed as the median of several runs
 after warm-up, the two sides' runs interleaved (so a noisy neighbour or a
-clock change hits both alike). ratio = peer time / detconv time (> 1: detconv
-is faster); the table ends with the geometric mean of the ratios. The peer is
+clock change hits both alike). ratio = the median over repeats of peer time /
+detconv time of one adjacent pair of runs (> 1: detconv is faster): shared
+cloud cores change speed by up to 2x from one second to the next (a sibling
+hyperthread busy or idle), which two separate medians do not cancel; the
+table ends with the geometric mean of the ratios. The peer is
 tf.nn, or with --peer float32 detconv itself on float32 tensors (the 16-bit
 goals: float16 inputs at >= 0.9x, native float16 accumulation at >= 0.2x).
 
@@ -95,7 +98,8 @@ def _select_layers(args):
 
 
 def _median_ms_pair(fa, fb, warmup, repeats):
-    """Medians (ms) of fa and fb, timed alternately (a-b, then b-a) so drift and neighbours hit both alike."""
+    """Medians (ms) of fa and fb, timed alternately (a-b, then b-a) so drift and neighbours hit both alike,
+    and the median of the paired ratios a/b (each repeat's two runs are adjacent in time)."""
     for _ in range(warmup):
         fa()
         fb()
@@ -105,7 +109,8 @@ def _median_ms_pair(fa, fb, warmup, repeats):
             t = time.perf_counter()
             fn()
             times.append(time.perf_counter() - t)
-    return 1e3 * statistics.median(ta), 1e3 * statistics.median(tb)
+    ratio = statistics.median(a / b for a, b in zip(ta, tb)) if all(tb) else None
+    return 1e3 * statistics.median(ta), 1e3 * statistics.median(tb), ratio
 
 
 def _median_ms(fn, warmup, repeats):
@@ -338,13 +343,12 @@ def main(argv=None):
                 except Exception as e:  # noqa: BLE001
                     row["diff"], dc_ok = f"detconv: {type(e).__name__}: {str(e)[:60]}", False
                 if tf_ok and dc_ok:
-                    row["tf_ms"], row["dc_ms"] = _median_ms_pair(tf_fn, dc_fn, args.warmup, args.repeats)
+                    row["tf_ms"], row["dc_ms"], row["ratio"] = _median_ms_pair(tf_fn, dc_fn, args.warmup, args.repeats)
                 elif tf_ok:
                     row["tf_ms"] = _median_ms(tf_fn, args.warmup, args.repeats)
                 elif dc_ok:
                     row["dc_ms"] = _median_ms(dc_fn, args.warmup, args.repeats)
-                if row["tf_ms"] is not None and row["dc_ms"] is not None:
-                    row["ratio"] = row["tf_ms"] / row["dc_ms"]
+                if row["ratio"] is not None:
                     row["diff"] = f"{_rel_diff(tf, tf_fn(), dc_fn()):.1e}"
                 rows.append(row)
                 _progress(len(rows), total, f"{layer[0]} {p}: tf {_fmt_ms(row['tf_ms'])} ms, detconv "

@@ -301,8 +301,9 @@ igemm_kernel(const ConvProblem p, const IgemmGeo geo, const typename Num::T* __r
     // plain ones. Choosing the plain fold for threads whose rows are all live made a warp
     // run both folds, one after the other, wherever its rows straddle an image edge: most
     // warps of a 56-pixel-wide layer.
-    constexpr bool kPredAll = kDgrad && std::is_same<S, float>::value;
-    Accum<Num, Cfg> acc;
+    using Acc = Accum<Num, Cfg>;
+    constexpr bool kPredAll = kDgrad && Acc::kPredFma;
+    Acc acc;
     acc.zero();
     // The load cursor (fprop: flattened index kk; dgrad: tap cursor dc) runs one
     // step ahead of the fold, whose step is described by kc and live.

@@ -105,6 +105,8 @@ __device__ __forceinline__ void fold_steps(Acc& acc, const S* As, const S* Bs, i
 template <class Num, class Cfg, bool kPacked = Num::kPacked>
 struct Accum {
   using S = typename Num::S;
+  // A skipped row is a predicated fma (fma_if) rather than a branch: binary32 only.
+  static constexpr bool kPredFma = std::is_same<S, float>::value;
   S v[Cfg::TM][Cfg::TN];
 
   __device__ __forceinline__ void zero() {
@@ -122,14 +124,13 @@ struct Accum {
     for (int s = 0; s < Cfg::TM / 4; ++s) load_quad(as + s * (Cfg::TPM * 4) + tm * 4, a + 4 * s);
 #pragma unroll
     for (int s = 0; s < Cfg::TN / 4; ++s) load_quad(bs + s * (Cfg::TPN * 4) + tn * 4, b + 4 * s);
-    constexpr bool kPredFma = kPred && std::is_same<S, float>::value;  // see fma_if
 #pragma unroll
     for (int i = 0; i < Cfg::TM; ++i) {
       const bool on = (live >> i) & 1u;
       if (kPred && !kPredFma && !on) continue;
 #pragma unroll
       for (int j = 0; j < Cfg::TN; ++j) {
-        if constexpr (kPredFma)
+        if constexpr (kPred && kPredFma)
           fma_if(on, a[i], b[j], v[i][j]);
         else
           v[i][j] = Num::fma(a[i], b[j], v[i][j]);
@@ -150,6 +151,7 @@ template <class Num, class Cfg>
 struct Accum<Num, Cfg, true> {
   using S = typename Num::S;
   using S2 = typename Num::S2;
+  static constexpr bool kPredFma = false;  // skipped rows branch (see fma_if)
   S2 v[Cfg::TM][Cfg::TN / 2];
 
   __device__ __forceinline__ void zero() {

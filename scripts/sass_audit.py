@@ -882,13 +882,25 @@ def main(argv=None) -> int:
         dem = demangle(names)
 
         all_funcs, all_viol = [], []
+
+        def selected(fs):
+            """(function, demangled name) of the functions that --filter keeps."""
+            for f in fs:
+                full = dem.get(f["mangled"], f["mangled"])
+                if not rx or rx.search(full) or rx.search(f["mangled"]):
+                    yield f, full
+
+        def take_violations(f, function: str, arch: int, src: str) -> int:
+            """Labels f's violations with where they are, adds them to the report; -> how many."""
+            for v in f["violations"]:
+                v.function, v.arch, v.src = function, f"sm_{arch}", src
+            all_viol.extend(f["violations"])
+            return len(f["violations"])
+
         for a in archs:
             for s in sources:
                 pinfo = ptx[(s.name, a)]
-                for f in results[(s.name, a)]:
-                    full = dem.get(f["mangled"], f["mangled"])
-                    if rx and not (rx.search(full) or rx.search(f["mangled"])):
-                        continue
+                for f, full in selected(results[(s.name, a)]):
                     p = pinfo.get(f["mangled"], {})
                     thr = f["threads"] or args.threads_default
                     rec = {
@@ -903,9 +915,7 @@ def main(argv=None) -> int:
                         "n_insns": f["n_insns"], "n_loops": f["n_loops"],
                         "main_loop": f["main_loop"], "notes": f["notes"],
                     }
-                    for v in f["violations"]:
-                        v.function, v.arch, v.src = rec["name"], f"sm_{a}", s.name
-                        all_viol.append(v)
+                    take_violations(f, rec["name"], a, s.name)
                     rec["violations"] = [dataclasses.asdict(v) for v in f["violations"]]
                     all_funcs.append(rec)
 
@@ -913,17 +923,10 @@ def main(argv=None) -> int:
         bin_lines = []
         for b, per in binaries.items():
             for a, fs in sorted(per.items()):
-                nv = 0
-                for f in fs:
-                    full = dem.get(f["mangled"], f["mangled"])
-                    if rx and not (rx.search(full) or rx.search(f["mangled"])):
-                        continue
-                    for v in f["violations"]:
-                        v.function, v.arch, v.src = compact(full), f"sm_{a}", b.name
-                        all_viol.append(v)
-                        nv += 1
-                n_insns = sum(f["n_insns"] for f in fs)
-                bin_lines.append(f"audit sm_{a} of {b.name}: {len(fs)} functions, {n_insns} instructions, "
+                kept = list(selected(fs))
+                nv = sum(take_violations(f, compact(full), a, b.name) for f, full in kept)
+                n_insns = sum(f["n_insns"] for f, _ in kept)
+                bin_lines.append(f"audit sm_{a} of {b.name}: {len(kept)} functions, {n_insns} instructions, "
                                  f"{nv} violations")
 
         # report

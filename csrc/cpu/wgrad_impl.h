@@ -140,8 +140,8 @@ struct WgradKernels : KernelBase<V> {
     const T* dyr = dy.row(n * p.OH + oh) + ow * p.Co + dyoff;
     i64 lo = seg, hi = seg;
     if (ih >= 0 && ih < p.H) {
-      lo = std::min(seg, iw0 >= 0 ? 0 : ceil_div(-iw0, p.sw));
-      hi = std::max(lo, std::min(seg, p.W - 1 - iw0 < 0 ? 0 : (p.W - 1 - iw0) / p.sw + 1));
+      lo = std::min(seg, iw0 >= 0 ? 0 : div_stride(p.sw - 1 - iw0, p.sw));
+      hi = std::max(lo, std::min(seg, p.W - 1 - iw0 < 0 ? 0 : div_stride(p.W - 1 - iw0, p.sw) + 1));
     }
     fold_padded_run<NI, NW>(a, dyr, p.Co, lo);  // the run before [lo, hi) (a padded row: all of it)
     if (hi > lo) {
@@ -418,33 +418,35 @@ struct WgradKernels : KernelBase<V> {
 
   struct Seg { i64 n, oh, ow, len; };  // an output row segment: len positions from (n, oh, ow)
 
-  // fold_segment over segments [s0, s1), from the accumulators at st (+0: st null).
+  // The sub-run folds below take a tile's accumulators from st (+0 where
+  // `first`) and leave them there. Not inlined: one call per tile and
+  // sub-run (224+ positions) costs little, and the fold's loops get the
+  // registers to themselves instead of sharing them with the tile loop's.
+
+  // fold_segment over segments [s0, s1).
   template <int NI, int NW>
-  static inline __attribute__((always_inline)) void fold_segments(Vec (&acc)[NI][NW], const T* st, const ConvProblem& p,
-                                                                  const Seg* s0, const Seg* s1, i64 kh, i64 kw,
-                                                                  const Rows<T>& x, i64 xoff, const Rows<T>& dy,
-                                                                  i64 dyoff) {
+  static __attribute__((noinline)) void fold_segments(T* st, bool first, const ConvProblem& p, const Seg* s0,
+                                                      const Seg* s1, i64 kh, i64 kw, const Rows<T>& x, i64 xoff,
+                                                      const Rows<T>& dy, i64 dyoff) {
     Vec a[NI][NW];
     for (int t = 0; t < NI; ++t)
-      for (int j = 0; j < NW; ++j) a[t][j] = st ? V::load(st + (t * NW + j) * kLanes) : V::zero();
+      for (int j = 0; j < NW; ++j) a[t][j] = first ? V::zero() : V::load(st + (t * NW + j) * kLanes);
     for (const Seg* s = s0; s < s1; ++s) fold_segment<NI, NW>(a, p, s->n, s->oh, s->ow, s->len, kh, kw, x, xoff, dy, dyoff);
     for (int t = 0; t < NI; ++t)
-      for (int j = 0; j < NW; ++j) acc[t][j] = a[t][j];
+      for (int j = 0; j < NW; ++j) V::store(st + (t * NW + j) * kLanes, a[t][j]);
   }
 
-  // fold_run over segments [s0, s1) of packed x (pack_segment), from the accumulators at st (+0: st null).
+  // fold_run over segments [s0, s1) of packed x (pack_segment).
   template <int NI, int NW>
-  static inline __attribute__((always_inline)) void fold_packed_segments(Vec (&acc)[NI][NW], const T* st,
-                                                                         const ConvProblem& p, const Seg* s0,
-                                                                         const Seg* s1, const T* xq,
-                                                                         const Rows<T>& dy, i64 dyoff) {
+  static __attribute__((noinline)) void fold_packed_segments(T* st, bool first, const ConvProblem& p, const Seg* s0,
+                                                             const Seg* s1, const T* xq, const Rows<T>& dy, i64 dyoff) {
     Vec a[NI][NW];
     for (int t = 0; t < NI; ++t)
-      for (int j = 0; j < NW; ++j) a[t][j] = st ? V::load(st + (t * NW + j) * kLanes) : V::zero();
+      for (int j = 0; j < NW; ++j) a[t][j] = first ? V::zero() : V::load(st + (t * NW + j) * kLanes);
     for (const Seg* s = s0; s < s1; xq += s->len * NI, ++s)
       fold_run<NI, NW>(a, xq, NI, dy.row(s->n * p.OH + s->oh) + s->ow * p.Co + dyoff, p.Co, s->len);
     for (int t = 0; t < NI; ++t)
-      for (int j = 0; j < NW; ++j) acc[t][j] = a[t][j];
+      for (int j = 0; j < NW; ++j) V::store(st + (t * NW + j) * kLanes, a[t][j]);
   }
 
   // Dense tiles in sub-runs (sub_runs above): the same tiles, units and
@@ -485,11 +487,17 @@ struct WgradKernels : KernelBase<V> {
         for (size_t s0 = 0; s0 < segs.size();) {
           size_t s1 = s0;
           for (i64 len = 0; s1 < segs.size() && len < kSubRun;) len += segs[s1++].len;
+          // Tile t's (kw, bi, b) counted up from t0's: four 64-bit divisions per tile and sub-run
+          // (40-90 cycles each) were 6-13% of its ~2,700 cycles of fmas (C3D, AVX-512).
+          i64 b = t0 % row_tiles, bi = b / nb % ib, kw = b / nb / ib;
+          b %= nb;
           for (i64 t = t0; t < t1; ++t) {
-            const i64 rem = t % row_tiles, b = rem % nb, bi = rem / nb % ib, kw = rem / nb / ib;
+            if (t > t0 && ++b == nb) {
+              b = 0;
+              if (++bi == ib) { bi = 0; ++kw; }
+            }
             const i64 i0 = bi * NI, o0 = g * cog + b * BW;
             T* st = state.data() + (t - t0) * NI * NW * kLanes;
-            Vec a[NI][NW];
             if (pack && (t == t0 || b == 0)) {  // a new (kw, bi): the o-blocks after it share its x
               rows = TileRows<NI, false>(p, kw, bi);
               T* xp = xpack.data();
@@ -497,20 +505,16 @@ struct WgradKernels : KernelBase<V> {
                 xp = pack_segment<NI, false>(p, segs[sg].n, segs[sg].oh, segs[sg].ow, segs[sg].len, kh, rows, x, g * p.Cg, xp);
             }
             if (pack)
-              fold_packed_segments<NI, NW>(a, s0 == 0 ? nullptr : st, p, segs.data() + s0, segs.data() + s1, xpack.data(), dy, o0);
+              fold_packed_segments<NI, NW>(st, s0 == 0, p, segs.data() + s0, segs.data() + s1, xpack.data(), dy, o0);
             else
-              fold_segments<NI, NW>(a, s0 == 0 ? nullptr : st, p, segs.data() + s0, segs.data() + s1, kh, kw, x, g * p.Cg + i0, dy, o0);
-            if (s1 < segs.size()) {
-              for (int q = 0; q < NI; ++q)
-                for (int j = 0; j < NW; ++j) V::store(st + (q * NW + j) * kLanes, a[q][j]);
-              continue;
-            }
+              fold_segments<NI, NW>(st, s0 == 0, p, segs.data() + s0, segs.data() + s1, kh, kw, x, g * p.Cg + i0, dy, o0);
+            if (s1 < segs.size()) continue;
             for (int q = 0; q < NI; ++q)
               for (int j = 0; j < NW; ++j) {
                 if (q >= p.Cg - i0) continue;
                 const i64 ol0 = b * BW + j * kLanes;
                 const i64 e = (kh * p.KW + kw) * p.Cg + i0 + q;
-                parts.put(k, e * p.Co + g * cog + ol0, a[q][j], cog - ol0, tmp);
+                parts.put(k, e * p.Co + g * cog + ol0, V::load(st + (q * NW + j) * kLanes), cog - ol0, tmp);
               }
           }
           s0 = s1;
