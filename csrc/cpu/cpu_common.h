@@ -61,11 +61,6 @@ inline T canonical_nan() {
 
 inline i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
 
-// a / s for a >= 0 and a stride s >= 1, where per-row loops divide by a
-// stride: a 64-bit division costs 40-90 cycles, and strides 1 and 2 (nearly
-// every layer's) need none.
-inline i64 div_stride(i64 a, i64 s) { return s == 1 ? a : s == 2 ? a >> 1 : a / s; }
-
 // Elements a kernel may read past the last one it uses (whole vectors).
 constexpr i64 kPad = 64;
 

@@ -128,20 +128,22 @@ struct WgradKernels : KernelBase<V> {
   }
 
   // One output row segment of a dense dw tile's fold: seg positions from
-  // (n, oh, ow). Positions [lo, hi) meet a column inside the row; the runs
-  // before and after them (and whole padded rows) read +0 and take one fma
-  // each (fold_padded_run).
+  // (n, oh, ow). Outputs [first, end) meet a column inside the row at tap kw
+  // (fprop_first_out, fprop_end_out: the caller's, once per tile, not two
+  // divisions per segment), so positions [lo, hi) do; the runs before and
+  // after them (and whole padded rows) read +0 and take one fma each
+  // (fold_padded_run).
   template <int NI, int NW>
   static inline __attribute__((always_inline)) void fold_segment(Vec (&a)[NI][NW], const ConvProblem& p, i64 n,
-                                                                 i64 oh, i64 ow, i64 seg, i64 kh, i64 kw,
-                                                                 const Rows<T>& x, i64 xoff, const Rows<T>& dy,
-                                                                 i64 dyoff) {
+                                                                 i64 oh, i64 ow, i64 seg, i64 kh, i64 kw, i64 first,
+                                                                 i64 end, const Rows<T>& x, i64 xoff,
+                                                                 const Rows<T>& dy, i64 dyoff) {
     const i64 ih = fprop_in_row(p, oh, kh), iw0 = fprop_in_col(p, ow, kw);
     const T* dyr = dy.row(n * p.OH + oh) + ow * p.Co + dyoff;
     i64 lo = seg, hi = seg;
     if (ih >= 0 && ih < p.H) {
-      lo = std::min(seg, iw0 >= 0 ? 0 : div_stride(p.sw - 1 - iw0, p.sw));
-      hi = std::max(lo, std::min(seg, p.W - 1 - iw0 < 0 ? 0 : div_stride(p.W - 1 - iw0, p.sw) + 1));
+      lo = std::min(seg, std::max<i64>(0, first - ow));
+      hi = std::max(lo, std::min(seg, end - ow));
     }
     fold_padded_run<NI, NW>(a, dyr, p.Co, lo);  // the run before [lo, hi) (a padded row: all of it)
     if (hi > lo) {
@@ -170,12 +172,13 @@ struct WgradKernels : KernelBase<V> {
     Vec a[NI][NW];
     for (int t = 0; t < NI; ++t)
       for (int j = 0; j < NW; ++j) a[t][j] = V::zero();
-    // r ascending; one division for the chunk, none per segment.
+    // r ascending; divisions for the chunk and the tap, none per segment.
+    const i64 first_out = fprop_first_out(p, kw), end_out = fprop_end_out(p, kw);
     i64 n, oh, ow;
     split_r(p, ch.begin(k), n, oh, ow);
     for (i64 r = ch.begin(k), end = ch.end(k); r < end; ow = 0, oh = oh + 1 == p.OH ? 0 : oh + 1, n += oh == 0) {
       const i64 seg = std::min(end - r, p.OW - ow);
-      fold_segment<NI, NW>(a, p, n, oh, ow, seg, kh, kw, x, xoff, dy, dyoff);
+      fold_segment<NI, NW>(a, p, n, oh, ow, seg, kh, kw, first_out, end_out, x, xoff, dy, dyoff);
       r += seg;
     }
     for (int t = 0; t < NI; ++t)
@@ -431,7 +434,9 @@ struct WgradKernels : KernelBase<V> {
     Vec a[NI][NW];
     for (int t = 0; t < NI; ++t)
       for (int j = 0; j < NW; ++j) a[t][j] = first ? V::zero() : V::load(st + (t * NW + j) * kLanes);
-    for (const Seg* s = s0; s < s1; ++s) fold_segment<NI, NW>(a, p, s->n, s->oh, s->ow, s->len, kh, kw, x, xoff, dy, dyoff);
+    const i64 first_out = fprop_first_out(p, kw), end_out = fprop_end_out(p, kw);
+    for (const Seg* s = s0; s < s1; ++s)
+      fold_segment<NI, NW>(a, p, s->n, s->oh, s->ow, s->len, kh, kw, first_out, end_out, x, xoff, dy, dyoff);
     for (int t = 0; t < NI; ++t)
       for (int j = 0; j < NW; ++j) V::store(st + (t * NW + j) * kLanes, a[t][j]);
   }
@@ -483,14 +488,14 @@ struct WgradKernels : KernelBase<V> {
           seg_chunk = k;
         }
         const i64 g = grp / p.KH, kh = grp % p.KH;
+        // Tile t0's (kw, bi, b), decoded once; the sub-runs count the others up from it (four 64-bit
+        // divisions per tile and sub-run, 40-90 cycles each, were 6-13% of its ~2,700 cycles of fmas: C3D, AVX-512).
+        const i64 rem0 = t0 % row_tiles, b0 = rem0 % nb, bi0 = rem0 / nb % ib, kw0 = rem0 / nb / ib;
         state.resize(size_t((t1 - t0) * NI * NW * kLanes));
         for (size_t s0 = 0; s0 < segs.size();) {
           size_t s1 = s0;
           for (i64 len = 0; s1 < segs.size() && len < kSubRun;) len += segs[s1++].len;
-          // Tile t's (kw, bi, b) counted up from t0's: four 64-bit divisions per tile and sub-run
-          // (40-90 cycles each) were 6-13% of its ~2,700 cycles of fmas (C3D, AVX-512).
-          i64 b = t0 % row_tiles, bi = b / nb % ib, kw = b / nb / ib;
-          b %= nb;
+          i64 b = b0, bi = bi0, kw = kw0;
           for (i64 t = t0; t < t1; ++t) {
             if (t > t0 && ++b == nb) {
               b = 0;
