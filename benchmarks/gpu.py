@@ -1,10 +1,11 @@
 """GPU timing: detconv's CUDA kernels against cuDNN (through PyTorch).
 
-For ResNet-50's convolution layers at batch 32 and batch 1, times the forward
-pass (fwd), input gradient (dx), filter gradient (dw) and bias gradient (db) of
+For ResNet-50's convolution layers (or, with --net c3d, the 3x3x3 layers of
+C3D, a video network) at batch 32 and batch 1, times the forward pass (fwd),
+input gradient (dx), filter gradient (dw) and bias gradient (db) of
 detconv.kernels on PyTorch CUDA tensors, and of torch.nn.functional.conv2d /
 torch.nn.grad.conv2d_input / torch.nn.grad.conv2d_weight / dy.sum over
-(N, H, W) on the cuDNN side, held to comparable rules: no TF32
+(N, H, W) (conv3d and its gradients for 3-D layers) on the cuDNN side, held to comparable rules: no TF32
 (torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 =
 False), deterministic algorithms (torch.use_deterministic_algorithms(True),
 cudnn.deterministic = True, cudnn.benchmark = False), and
@@ -43,6 +44,7 @@ float32 per layer.
     python benchmarks/gpu.py --quick              # three layers, fewer timing pairs
     python benchmarks/gpu.py --batch 32 --numerics float32 float16 float16/acc16 bfloat16 --nchw
     python benchmarks/gpu.py --queued             # device time only (no Python overhead on either side)
+    python benchmarks/gpu.py --net c3d --batch 8  # 3-D layers (NDHWC; cuDNN NCDHW or channels_last_3d)
 
 Needs PyTorch with CUDA and detconv's kernel module built with CUDA; no
 TensorFlow.
@@ -80,6 +82,18 @@ RESNET50 = [
     ("l4 1x1 512-2048 @7", 7, 512, 2048, 1, 1),
 ]
 QUICK = [RESNET50[0], RESNET50[2], RESNET50[8]]
+
+# name, D, H=W, Cin, Cout, k, stride: C3D's 3x3x3 convolutions at their sizes for a 16x112x112 clip (Tran et
+# al. 2015; padding 1, stride 1), plus benchmarks/cpu.py's C3D/I3D block. 2-D layers are the same with D = 0.
+C3D = [
+    ("conv1a 3-64 @16x112", 16, 112, 3, 64, 3, 1),
+    ("conv2a 64-128 @16x56", 16, 56, 64, 128, 3, 1),
+    ("block 64-64 @16x56", 16, 56, 64, 64, 3, 1),
+    ("conv3b 256-256 @8x28", 8, 28, 256, 256, 3, 1),
+    ("conv4b 512-512 @4x14", 4, 14, 512, 512, 3, 1),
+    ("conv5b 512-512 @2x7", 2, 7, 512, 512, 3, 1),
+]
+NETS = {"resnet50": [(name, 0, *rest) for name, *rest in RESNET50], "c3d": C3D}
 
 # label -> (torch dtype name, detconv accumulation)
 NUMERICS = {
@@ -293,10 +307,10 @@ def _deterministic_torch(torch):
     return False
 
 
-def _flops(op, n, oh, ow, cin, cout, k):
+def _flops(op, n, out_pixels, cin, cout, taps):
     if op == "db":
-        return n * oh * ow * cout
-    return 2 * n * oh * ow * cout * cin * k * k
+        return n * out_pixels * cout
+    return 2 * n * out_pixels * cout * cin * taps
 
 
 def main(argv=None):
@@ -306,7 +320,8 @@ def main(argv=None):
     ap.add_argument("--ops", nargs="+", default=list(OPS), choices=list(OPS))
     ap.add_argument("--pairs", type=int, default=7, help="timed event pairs per cell (median; --quick: 3)")
     ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--quick", action="store_true", help="three layers, 3 event pairs per cell")
+    ap.add_argument("--net", choices=list(NETS), default="resnet50", help="the layer set (default resnet50)")
+    ap.add_argument("--quick", action="store_true", help="three ResNet-50 layers, 3 event pairs per cell")
     ap.add_argument("--layers", default=None, help="comma list of substrings selecting layers by name")
     ap.add_argument("--cudnn-layout", choices=["best", "nchw", "nhwc"], default="best",
                     help="memory layout of cuDNN's tensors (best: time both, keep the faster)")
@@ -326,10 +341,12 @@ def main(argv=None):
         return 1
     no_fill = _deterministic_torch(torch)
 
-    layers = QUICK if args.quick else RESNET50
+    layers = NETS[args.net]
+    if args.quick:
+        layers = [L for L in layers if L[0] in {q[0] for q in QUICK}] or layers[:3]
     if args.layers:
         keys = [s.strip() for s in args.layers.split(",") if s.strip()]
-        layers = [L for L in RESNET50 if any(s in L[0] for s in keys)]
+        layers = [L for L in layers if any(s in L[0] for s in keys)]
     pairs = 3 if args.quick else args.pairs
     dev = torch.device("cuda")
 
@@ -355,48 +372,57 @@ def main(argv=None):
     print("|" + "---|" * len(cols), flush=True)
 
     results = {}  # (layer, n, numerics, op) -> (ours ms, cudnn ms)
-    for name, hw, cin, cout, k, s in layers:
+    for name, depth, hw, cin, cout, k, s in layers:
+        nd = 3 if depth else 2
         pad = k // 2
-        oh = (hw + 2 * pad - k) // s + 1
+        spatial = ((depth,) if depth else ()) + (hw, hw)
+        out = tuple((i + 2 * pad - k) // s + 1 for i in spatial)
+        conv = F.conv3d if nd == 3 else F.conv2d
+        grad_input = torch.nn.grad.conv3d_input if nd == 3 else torch.nn.grad.conv2d_input
+        grad_weight = torch.nn.grad.conv3d_weight if nd == 3 else torch.nn.grad.conv2d_weight
+        fwd, dgrad, wgrad = ((K.conv3d, K.conv3d_backprop_input, K.conv3d_backprop_filter) if nd == 3 else
+                             (K.conv2d, K.conv2d_backprop_input, K.conv2d_backprop_filter))
+        channels_first = "NCDHW" if nd == 3 else "NCHW"
+        last = (0, *range(2, nd + 2), 1)  # NC... -> N...C
         for n in args.batch:
             for label in args.numerics:
                 dtype, acc = NUMERICS[label]
                 tdt = getattr(torch, dtype)
                 g = torch.Generator(device=dev).manual_seed(0)
-                x = torch.randn(n, cin, hw, hw, generator=g, device=dev).to(tdt)
-                w = (torch.randn(cout, cin, k, k, generator=g, device=dev) / (k * k * cin) ** 0.5).to(tdt)
-                dy = torch.randn(n, cout, oh, oh, generator=g, device=dev).to(tdt)
-                # detconv operands: NHWC / HWIO copies, made once
-                xn = x.permute(0, 2, 3, 1).contiguous()
-                dyn = dy.permute(0, 2, 3, 1).contiguous()
-                fh = w.permute(2, 3, 1, 0).contiguous()
-                kw = dict(strides=s, padding=((pad, pad), (pad, pad)), accumulation=acc)
+                x = torch.randn(n, cin, *spatial, generator=g, device=dev).to(tdt)
+                w = (torch.randn(cout, cin, *(k,) * nd, generator=g, device=dev) / (k ** nd * cin) ** 0.5).to(tdt)
+                dy = torch.randn(n, cout, *out, generator=g, device=dev).to(tdt)
+                # detconv operands: NHWC / HWIO (NDHWC / DHWIO) copies, made once
+                xn = x.permute(*last).contiguous()
+                dyn = dy.permute(*last).contiguous()
+                fh = w.permute(*range(2, nd + 2), 1, 0).contiguous()
+                kw = dict(strides=s, padding=((pad, pad),) * nd, accumulation=acc)
                 ours = {
-                    "fwd": lambda: K.conv2d(xn, fh, **kw),
-                    "dx": lambda: K.conv2d_backprop_input(dyn, fh, tuple(xn.shape), **kw),
-                    "dw": lambda: K.conv2d_backprop_filter(xn, dyn, tuple(fh.shape), **kw),
+                    "fwd": lambda: fwd(xn, fh, **kw),
+                    "dx": lambda: dgrad(dyn, fh, tuple(xn.shape), **kw),
+                    "dw": lambda: wgrad(xn, dyn, tuple(fh.shape), **kw),
                     "db": lambda: K.bias_grad(dyn, accumulation=acc),
                 }
                 ours_nchw = {
-                    "fwd": lambda: K.conv2d(x, fh, data_format="NCHW", **kw),
-                    "dx": lambda: K.conv2d_backprop_input(dy, fh, tuple(x.shape), data_format="NCHW", **kw),
-                    "dw": lambda: K.conv2d_backprop_filter(x, dy, tuple(fh.shape), data_format="NCHW", **kw),
-                    "db": lambda: K.bias_grad(dy, accumulation=acc, data_format="NCHW"),
+                    "fwd": lambda: fwd(x, fh, data_format=channels_first, **kw),
+                    "dx": lambda: dgrad(dy, fh, tuple(x.shape), data_format=channels_first, **kw),
+                    "dw": lambda: wgrad(x, dy, tuple(fh.shape), data_format=channels_first, **kw),
+                    "db": lambda: K.bias_grad(dy, accumulation=acc, data_format=channels_first),
                 }
 
                 def cudnn_ops(xc, wc, dyc):
                     return {
-                        "fwd": lambda: F.conv2d(xc, wc, stride=s, padding=pad),
-                        "dx": lambda: torch.nn.grad.conv2d_input(xc.shape, wc, dyc, stride=s, padding=pad),
-                        "dw": lambda: torch.nn.grad.conv2d_weight(xc, wc.shape, dyc, stride=s, padding=pad),
-                        "db": lambda: dyc.sum(dim=(0, 2, 3)),
+                        "fwd": lambda: conv(xc, wc, stride=s, padding=pad),
+                        "dx": lambda: grad_input(xc.shape, wc, dyc, stride=s, padding=pad),
+                        "dw": lambda: grad_weight(xc, wc.shape, dyc, stride=s, padding=pad),
+                        "db": lambda: dyc.sum(dim=(0, *range(2, nd + 2))),
                     }
 
                 layouts = {}
                 if args.cudnn_layout in ("best", "nchw"):
                     layouts["NCHW"] = cudnn_ops(x, w, dy)
                 if args.cudnn_layout in ("best", "nhwc"):
-                    cl = torch.channels_last
+                    cl = torch.channels_last_3d if nd == 3 else torch.channels_last
                     layouts["NHWC"] = cudnn_ops(x.contiguous(memory_format=cl), w.contiguous(memory_format=cl),
                                                 dy.contiguous(memory_format=cl))
                 for op in args.ops:
@@ -406,7 +432,7 @@ def main(argv=None):
                     best_lay = min(t_lay, key=t_lay.get)
                     t_cudnn = t_lay[best_lay]
                     results[(name, n, label, op)] = (t_ours, t_cudnn)
-                    fl = _flops(op, n, oh, oh, cin, cout, k)
+                    fl = _flops(op, n, math.prod(out), cin, cout, k ** nd)
                     tflops = fl / (t_ours * 1e-3) / 1e12
                     row = [name, str(n), label, op, f"{t_ours:.3f}", f"{t_cudnn:.3f}", f"{t_cudnn / t_ours:.2f}",
                            f"{tflops:.2f}", f"{100 * tflops * 1e12 / peak:.0f}%" if peak else "n/a"]
@@ -417,8 +443,8 @@ def main(argv=None):
                     print("| " + " | ".join(row) + " |", flush=True)
                 # sanity: detconv agrees with cuDNN to rounding (not bits)
                 if "fwd" in args.ops:
-                    y = F.conv2d(x, w, stride=s, padding=pad).double()
-                    yd = K.conv2d(xn, fh, **kw).permute(0, 3, 1, 2).double()
+                    y = conv(x, w, stride=s, padding=pad).double()
+                    yd = fwd(xn, fh, **kw).permute(0, nd + 1, *range(1, nd + 1)).double()
                     err = ((yd - y).abs().max() / y.abs().max().clamp_min(1e-30)).item()
                     tol = {"float64": 1e-12, "float32": 1e-4}.get(dtype, 0.2 if acc == "float16" else 5e-2)
                     if not err <= tol:
