@@ -57,6 +57,16 @@ CASES_2D_KERNELS = [
     ("3x3-packed-dw", (2, 17, 21, 5), (3, 3, 5, 460), (2, 1), 1, "SAME"),  # padded taps packed as +0, 6 chunks
     # Rows the AVX2 forward takes in 6-pixel blocks (23 = 6*4 - 1), with groups and dilation.
     ("rows-of-23-groups-d2", (1, 5, 23, 8), (3, 3, 4, 10), 1, 2, "SAME"),
+    # AVX-512's 4-vector forward and GEMM tiles with a last block of 60 of 64 channels (fills_blocks):
+    # 3x3 forward rows of 7 + 2 pixels; 1x1 forward and input gradient (the transposed GEMM) on 21 pixels.
+    ("partial-wide-block", (1, 4, 9, 5), (3, 3, 5, 124), 1, 1, "SAME"),
+    ("1x1-partial-wide-block", (1, 3, 7, 124), (1, 1, 124, 124), 1, 1, "VALID"),
+    # Depthwise 3x3 row ends in the column-clipped blocks (forward: +0 columns; input gradient: skipped
+    # columns): paddings past one column, rows shorter than a block, both strides.
+    ("dw3-same-rows-of-19", (2, 5, 19, 20), (3, 3, 1, 20), 1, 1, "SAME"),  # 8-pixel blocks: 0, 8, 11
+    ("dw3-pads-short-rows", (2, 6, 5, 20), (3, 3, 1, 20), 1, 1, ((3, 1), (3, 4))),
+    ("dw3-s2-pads", (1, 7, 23, 17), (3, 3, 1, 17), 2, 1, ((2, 0), (3, 2))),
+    ("dw3-s2-valid-24", (1, 5, 24, 17), (3, 3, 1, 17), 2, 1, "VALID"),  # the last block's taps pass the row
 ]
 
 # Depthwise 3x3 layers whose float16 x and dy the CPU kernels read in place, widened per vector

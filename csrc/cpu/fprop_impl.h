@@ -448,7 +448,7 @@ struct FpropKernels : KernelBase<V> {
 
   // Whether a 1x1 problem's outputs (Co channels) fill the ISA's wide GEMM tile (V::Wide::kGemm).
   static bool wide_gemm(const ConvProblem& p) {
-    return Base::kWideGemm && p.Co % (Base::WideTile::kGemm[1] * kLanes) == 0;
+    return Base::kWideGemm && Base::fills_blocks(p.Co, Base::WideTile::kGemm[1] * kLanes);
   }
   // fprop_1x1 on the wide GEMM tile where wide_gemm(p), else on PG x NV blocks. AVX-512's 7x4 against
   // 8x2, as input gradients (f_transposed; Intel Xeon, batch 8, two threads, in one process, ms): 1x1
@@ -500,14 +500,22 @@ struct FpropKernels : KernelBase<V> {
       for (int j = 0; j < NW; ++j) acc[q][j] = a[q][j];
   }
 
-  // Interior depthwise block for 3-wide filters (no width dilation), stride
-  // SW, one vector of channels: each input column is loaded once per row kh
-  // and used by every output that meets it. Output q meets column c = q*SW + kw,
-  // so sweeping c upwards still gives each output its taps in kw order.
-  template <int NP, int NW, int SW, class S>
+  // Depthwise block for 3-wide filters (no width dilation), stride SW, one
+  // vector of channels: each input column is loaded once per row kh and used
+  // by every output that meets it. Output q meets column c = q*SW + kw, so
+  // sweeping c upwards still gives each output its taps in kw order.
+  // Interior blocks read every column; kClip blocks (a row's ends) read the
+  // columns [clo, chi] inside the row and fold +0 for the others, the padded
+  // taps' fmas (outputs past the row fold something, never stored). Against
+  // the per-pixel block that row ends took before (AVX-512, batch 8, two
+  // threads, old and new builds in alternating processes, ms): 3x3 19x19x728
+  // 2.47, 2.53 -> 1.99, 1.88; 112x112x32 2.37, 2.75 -> 2.22, 2.28; 56x56x144
+  // 3.37, 3.07 -> 2.36, 2.63; 3x3/2 112x112x96 3.04, 3.65 -> 2.94, 2.82.
+  template <int NP, int NW, int SW, class S, bool kClip = false>
   static inline __attribute__((always_inline)) void fprop_dw3_block(Vec (&acc)[NP][NW], const ConvProblem& p,
                                                                     const Rows<S>& x, i64 xs, const T* wp, i64 cop,
-                                                                    const S* zeros, i64 n, i64 oh, i64 ow0, i64 o0) {
+                                                                    const S* zeros, i64 n, i64 oh, i64 ow0, i64 o0,
+                                                                    int clo = 0, int chi = 0) {
     constexpr int NC = (NP - 1) * SW + 3;
     Vec a[NP][NW];
     for (int q = 0; q < NP; ++q)
@@ -516,15 +524,18 @@ struct FpropKernels : KernelBase<V> {
       const i64 ih = fprop_in_row(p, oh, kh);
       const bool row_in = ih >= 0 && ih < p.H;
       // A padded row is fmas with +0 (the contract): the zero vector, column stride 0.
-      const S* x0 = row_in ? x.row(n * p.H + ih) + fprop_in_col(p, ow0, 0) * xs + o0 : zeros;
-      const i64 cs = row_in ? xs : 0;
+      const S* xr = row_in ? x.row(n * p.H + ih) + o0 : zeros;
+      const i64 col0 = fprop_in_col(p, ow0, 0), cs = row_in ? xs : 0;  // c = 0's input column
+      const S* x0 = xr + (kClip ? 0 : col0 * cs);  // (clipped: formed for columns inside the row only)
       Vec fv[3][NW];
       for (int kw = 0; kw < 3; ++kw)
         for (int j = 0; j < NW; ++j) fv[kw][j] = V::load(wp + (kh * 3 + kw) * cop + o0 + j * kLanes);
 #pragma GCC unroll 64
       for (int c = 0; c < NC; ++c) {
         for (int j = 0; j < NW; ++j) {
-          const Vec xv = V::load(x0 + c * cs + j * kLanes);
+          Vec xv;
+          if constexpr (kClip) xv = row_in && c >= clo && c <= chi ? V::load(xr + (col0 + c) * xs + j * kLanes) : V::zero();
+          else xv = V::load(x0 + c * cs + j * kLanes);
 #pragma GCC unroll 3
           for (int kw = 0; kw < 3; ++kw) {
             const int d = c - kw;
@@ -583,8 +594,11 @@ struct FpropKernels : KernelBase<V> {
                               fprop_in_col(p, ow0 + NP - 1, p.KW - 1) < p.W;
         Vec acc[NP][NW];
         if constexpr (SW > 0) {
+          const i64 col0 = fprop_in_col(p, ow0, 0);  // the columns inside the row: [-col0, W - 1 - col0] from it
           if (interior) fprop_dw3_block<NP, NW, SW, S>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0);
-          else fprop_dw_block<NP, NW, S>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0, false);
+          else
+            fprop_dw3_block<NP, NW, SW, S, true>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0,
+                                                 int(std::max<i64>(0, -col0)), int(std::min<i64>(p.W - 1 - col0, 64)));
         } else {
           fprop_dw_block<NP, NW, S>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0, interior);
         }
@@ -627,7 +641,7 @@ struct FpropKernels : KernelBase<V> {
       // 64->256 3.25 -> 3.06, 14x14 1024->256 2.64 -> 2.61), or the filter is past L2 (AVX2: 1x1 7x7x2048
       // 0.69 -> 0.85 of oneDNN).
       fprop_gemm(p, x, f, bias, y, ex);
-    } else if (Base::kWideFwd && p.Cog() % (Base::WideTile::kFwd[1] * kLanes) == 0) {
+    } else if (Base::kWideFwd && Base::fills_blocks(p.Cog(), Base::WideTile::kFwd[1] * kLanes)) {
       // Groups of whole 4-vector channel blocks: the ISA's wide forward tile (past L2, with the memory
       // tile). Batch 8, two threads, in one process (ms):
       //   AVX-512 (AMD Zen 4), 4x4 against 8x2 or 7x2: C3D 3x3x3 block 95.0 -> 93.8, 3x3 56x56x64 9.06 ->
