@@ -350,9 +350,10 @@ struct DgradKernels : KernelBase<V> {
   // one input row: its dy rows are found once, then blocks of NP pixels of
   // each stride phase (the last one moved back to end at the phase's last
   // pixel, as PixelBlocks with NMIN == NP) times NW vectors of channels, channel
-  // blocks innermost. SW3 = 1: interior blocks take dgrad_dw3_block<1>;
-  // SW3 = 2: blocks of NP consecutive pixels (both phases) take
-  // dgrad_dw3_block<2> where interior, single-pixel blocks elsewhere.
+  // blocks innermost. SW3 = 1: every block takes dgrad_dw3_block<1> (clipped
+  // at the row's ends); SW3 = 2: blocks of NP consecutive pixels (both
+  // phases) take dgrad_dw3_block<2> (clipped where they reach past the row),
+  // the pixels before the first and after the last such block one at a time.
   // Measured (AVX2, one thread, batch 8): 3x3 112x112x32 3.85 -> 3.30 ms,
   // 3x3/2 112x112x96 13.2 -> 11.2 ms against units of one block each, whose
   // index divisions cost more than their 72 fmas.
@@ -389,10 +390,10 @@ struct DgradKernels : KernelBase<V> {
     const i64 row_blocks = p.sw * ceil_div(ceil_div(p.W, p.sw), NP);  // an upper bound, for prefetch slices
     const SlicePrefetch prefetch(p.OW * p.Co * sizeof(T), row_blocks * nb);
     const bool stream = Base::streamable(dx, p.x_elems());
-    // The k range of a clipped dgrad_dw3_block whose column k = 0 is dy column c0 (SW3 only).
+    // The k range of a clipped dgrad_dw3_block whose k = 0 is dy column col (SW3 only).
     constexpr int KMIN3 = Dw3Cols<NP, SW3 == 2 ? 2 : 1>::lo, KMAX3 = Dw3Cols<NP, SW3 == 2 ? 2 : 1>::hi;
-    auto clip_lo = [&](i64 c0) { return int(std::max<i64>(KMIN3, -c0)); };
-    auto clip_hi = [&](i64 c0) { return int(std::min<i64>(KMAX3, p.OW - 1 - c0)); };
+    auto clip_lo = [&](i64 col) { return int(std::max<i64>(KMIN3, -col)); };
+    auto clip_hi = [&](i64 col) { return int(std::min<i64>(KMAX3, p.OW - 1 - col)); };
     ex.parallel_for(p.N * p.H, khw * cog * cp * p.W, [&](i64 u0, i64 u1) {
       FpEnv guard;
       std::vector<const T*> rows(p.KH);
@@ -455,16 +456,16 @@ struct DgradKernels : KernelBase<V> {
               const i64 c0 = b * BD;
               if (next) prefetch(next, blk * nb + b);
               Vec acc[NP][NW];
-              bool fast = false;  // SW3 (stride 1: iw = k0 + q) and every tap of every pixel valid
+              bool done = false;  // by dgrad_dw3_block (SW3 = 1: stride 1, iw = k0 + q)
               if constexpr (SW3 == 1) {
                 const i64 r = k0 + p.pl;
                 if (real == NP && r + Dw3Cols<NP, 1>::lo >= 0 && r + Dw3Cols<NP, 1>::hi < p.OW)
                   dgrad_dw3_block<NP, NW, 1>(acc, p, rows.data(), wt.data(), cp, k0, c0);
                 else
                   dgrad_dw3_block<NP, NW, 1, true>(acc, p, rows.data(), wt.data(), cp, k0, c0, clip_lo(r), clip_hi(r));
-                fast = true;
+                done = true;
               }
-              if (!fast) {
+              if (!done) {
                 if (real == NP && k0 + lo[ph] >= 0 && k0 + NP - 1 + hi[ph] < p.OW)
                   dgrad_dw_block<NP, NW, true>(acc, p, rows.data(), cols, wt.data(), cp, k0, real, c0, zeros.data());
                 else

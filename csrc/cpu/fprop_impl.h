@@ -550,7 +550,7 @@ struct FpropKernels : KernelBase<V> {
 
   // Depthwise-like (Cg == 1): lanes over output channels across groups; lane o
   // reads input channel o / cog. Each fold is over (kh, kw) only. Blocks of
-  // NW vectors; SW > 0: interior blocks take fprop_dw3_block.
+  // NW vectors; SW > 0: every block takes fprop_dw3_block (clipped at the row's ends).
   // S: x's element type (Half16 only with cog == 1: see half_direct).
   template <int NP, int NW, int SW, class S = T>
   static void fprop_dw(const ConvProblem& p, const Rows<S>& x, const T* f, const T* bias, const OutSpec& y,
