@@ -305,8 +305,8 @@ struct DgradKernels : KernelBase<V> {
   // q - kw = k*SW; sweeping k downwards gives each pixel its taps in kw
   // order, and each dy column is loaded once per row. Interior blocks read
   // every column; kClip blocks (a row's ends, rows shorter than NP) only the
-  // columns [r/SW + klo, r/SW + khi] inside the row: a tap that meets a
-  // column outside reaches no output and is skipped, as the contract says
+  // columns inside the row: a tap that meets a column outside reaches no
+  // output and is skipped, as the contract says
   // (pixels past a short row fold something, never stored). Against the
   // per-tap block with a check per pixel that row ends took before (2 of 3
   // blocks on a 19-wide row; AVX-512, batch 8, two threads, old and new
@@ -316,21 +316,22 @@ struct DgradKernels : KernelBase<V> {
   template <int NP, int NW, int SW, bool kClip = false>
   static inline __attribute__((always_inline)) void dgrad_dw3_block(Vec (&acc)[NP][NW], const ConvProblem& p,
                                                                     const T* const* rows, const T* wt, i64 cp, i64 iw0,
-                                                                    i64 c0, int klo = 0, int khi = 0) {
+                                                                    i64 c0) {
     constexpr int KMIN = Dw3Cols<NP, SW>::lo, KMAX = Dw3Cols<NP, SW>::hi;
     Vec a[NP][NW];
     for (int q = 0; q < NP; ++q)
       for (int j = 0; j < NW; ++j) a[q][j] = V::zero();
     for (i64 kh = 0; kh < p.KH; ++kh) {
       if (!rows[kh]) continue;
-      const T* d0 = rows[kh] + (iw0 + p.pl) / SW * p.C + c0;  // column r/SW (k = 0)
+      const i64 col = (iw0 + p.pl) / SW;  // the dy column of k = 0
+      const T* d0 = rows[kh] + col * p.C + c0;
       Vec fv[3][NW];
       for (int kw = 0; kw < 3; ++kw)
         for (int j = 0; j < NW; ++j) fv[kw][j] = V::load(wt + (kh * 3 + kw) * cp + c0 + j * kLanes);
 #pragma GCC unroll 64
       for (int k = KMAX; k >= KMIN; --k) {
         if constexpr (kClip)
-          if (k < klo || k > khi) continue;
+          if (col + k < 0 || col + k >= p.OW) continue;
         for (int j = 0; j < NW; ++j) {
           const Vec dv = V::load(d0 + k * p.C + j * kLanes);
 #pragma GCC unroll 3
@@ -390,10 +391,6 @@ struct DgradKernels : KernelBase<V> {
     const i64 row_blocks = p.sw * ceil_div(ceil_div(p.W, p.sw), NP);  // an upper bound, for prefetch slices
     const SlicePrefetch prefetch(p.OW * p.Co * sizeof(T), row_blocks * nb);
     const bool stream = Base::streamable(dx, p.x_elems());
-    // The k range of a clipped dgrad_dw3_block whose k = 0 is dy column col (SW3 only).
-    constexpr int KMIN3 = Dw3Cols<NP, SW3 == 2 ? 2 : 1>::lo, KMAX3 = Dw3Cols<NP, SW3 == 2 ? 2 : 1>::hi;
-    auto clip_lo = [&](i64 col) { return int(std::max<i64>(KMIN3, -col)); };
-    auto clip_hi = [&](i64 col) { return int(std::min<i64>(KMAX3, p.OW - 1 - col)); };
     ex.parallel_for(p.N * p.H, khw * cog * cp * p.W, [&](i64 u0, i64 u1) {
       FpEnv guard;
       std::vector<const T*> rows(p.KH);
@@ -431,7 +428,7 @@ struct DgradKernels : KernelBase<V> {
               if (next) prefetch(next, blk * nb + b);
               Vec acc[NP][NW];
               if (fast) dgrad_dw3_block<NP, NW, 2>(acc, p, rows.data(), wt.data(), cp, iw, c0);
-              else dgrad_dw3_block<NP, NW, 2, true>(acc, p, rows.data(), wt.data(), cp, iw, c0, clip_lo(r), clip_hi(r));
+              else dgrad_dw3_block<NP, NW, 2, true>(acc, p, rows.data(), wt.data(), cp, iw, c0);
               for (int q = 0; q < NP; ++q)
                 for (int j = 0; j < NW; ++j) put(acc[q][j], iw + q, c0 + j * kLanes);
             }
@@ -456,20 +453,16 @@ struct DgradKernels : KernelBase<V> {
               const i64 c0 = b * BD;
               if (next) prefetch(next, blk * nb + b);
               Vec acc[NP][NW];
-              bool done = false;  // by dgrad_dw3_block (SW3 = 1: stride 1, iw = k0 + q)
-              if constexpr (SW3 == 1) {
+              if constexpr (SW3 == 1) {  // stride 1: iw = k0 + q
                 const i64 r = k0 + p.pl;
                 if (real == NP && r + Dw3Cols<NP, 1>::lo >= 0 && r + Dw3Cols<NP, 1>::hi < p.OW)
                   dgrad_dw3_block<NP, NW, 1>(acc, p, rows.data(), wt.data(), cp, k0, c0);
                 else
-                  dgrad_dw3_block<NP, NW, 1, true>(acc, p, rows.data(), wt.data(), cp, k0, c0, clip_lo(r), clip_hi(r));
-                done = true;
-              }
-              if (!done) {
-                if (real == NP && k0 + lo[ph] >= 0 && k0 + NP - 1 + hi[ph] < p.OW)
-                  dgrad_dw_block<NP, NW, true>(acc, p, rows.data(), cols, wt.data(), cp, k0, real, c0, zeros.data());
-                else
-                  dgrad_dw_block<NP, NW, false>(acc, p, rows.data(), cols, wt.data(), cp, k0, real, c0, zeros.data());
+                  dgrad_dw3_block<NP, NW, 1, true>(acc, p, rows.data(), wt.data(), cp, k0, c0);
+              } else if (real == NP && k0 + lo[ph] >= 0 && k0 + NP - 1 + hi[ph] < p.OW) {
+                dgrad_dw_block<NP, NW, true>(acc, p, rows.data(), cols, wt.data(), cp, k0, real, c0, zeros.data());
+              } else {
+                dgrad_dw_block<NP, NW, false>(acc, p, rows.data(), cols, wt.data(), cp, k0, real, c0, zeros.data());
               }
               for (int q = from; q < real; ++q)
                 for (int j = 0; j < NW; ++j) put(acc[q][j], ph + (k0 + q) * p.sw, c0 + j * kLanes);

@@ -505,7 +505,7 @@ struct FpropKernels : KernelBase<V> {
   // by every output that meets it. Output q meets column c = q*SW + kw, so
   // sweeping c upwards still gives each output its taps in kw order.
   // Interior blocks read every column; kClip blocks (a row's ends) read the
-  // columns [clo, chi] inside the row and fold +0 for the others, the padded
+  // columns inside the row and fold +0 for the others, the padded
   // taps' fmas (outputs past the row fold something, never stored). Against
   // the per-pixel block that row ends took before (AVX-512, batch 8, two
   // threads, old and new builds in alternating processes, ms): 3x3 19x19x728
@@ -514,8 +514,7 @@ struct FpropKernels : KernelBase<V> {
   template <int NP, int NW, int SW, class S, bool kClip = false>
   static inline __attribute__((always_inline)) void fprop_dw3_block(Vec (&acc)[NP][NW], const ConvProblem& p,
                                                                     const Rows<S>& x, i64 xs, const T* wp, i64 cop,
-                                                                    const S* zeros, i64 n, i64 oh, i64 ow0, i64 o0,
-                                                                    int clo = 0, int chi = 0) {
+                                                                    const S* zeros, i64 n, i64 oh, i64 ow0, i64 o0) {
     constexpr int NC = (NP - 1) * SW + 3;
     Vec a[NP][NW];
     for (int q = 0; q < NP; ++q)
@@ -534,8 +533,12 @@ struct FpropKernels : KernelBase<V> {
       for (int c = 0; c < NC; ++c) {
         for (int j = 0; j < NW; ++j) {
           Vec xv;
-          if constexpr (kClip) xv = row_in && c >= clo && c <= chi ? V::load(xr + (col0 + c) * xs + j * kLanes) : V::zero();
-          else xv = V::load(x0 + c * cs + j * kLanes);
+          if constexpr (kClip) {
+            const i64 col = col0 + c;
+            xv = row_in && col >= 0 && col < p.W ? V::load(xr + col * xs + j * kLanes) : V::zero();
+          } else {
+            xv = V::load(x0 + c * cs + j * kLanes);
+          }
 #pragma GCC unroll 3
           for (int kw = 0; kw < 3; ++kw) {
             const int d = c - kw;
@@ -594,11 +597,8 @@ struct FpropKernels : KernelBase<V> {
                               fprop_in_col(p, ow0 + NP - 1, p.KW - 1) < p.W;
         Vec acc[NP][NW];
         if constexpr (SW > 0) {
-          const i64 col0 = fprop_in_col(p, ow0, 0);  // the columns inside the row: [-col0, W - 1 - col0] from it
           if (interior) fprop_dw3_block<NP, NW, SW, S>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0);
-          else
-            fprop_dw3_block<NP, NW, SW, S, true>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0,
-                                                 int(std::max<i64>(0, -col0)), int(std::min<i64>(p.W - 1 - col0, 64)));
+          else fprop_dw3_block<NP, NW, SW, S, true>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0);
         } else {
           fprop_dw_block<NP, NW, S>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0, interior);
         }
