@@ -593,42 +593,48 @@ struct WgradKernels : KernelBase<V> {
   }
 
   // One output row segment of wgrad_dw33: positions e = 0..seg-1, tap 0 of
-  // position e at column c0 + e*SW, on private accumulators (see micro()).
-  // xr[kh]: filter row kh's input row at this block's channels (a row of +0
-  // for a padded row). Columns outside [0, W) read +0: the few positions
-  // whose taps reach them take checked loads; between them every column is
-  // inside, and the columns each filter row meets slide by SW per position
-  // (AVX-512 keeps them in registers and loads only the new ones).
-  template <int SW, class S>
-  static inline __attribute__((always_inline)) void dw33_segment(Vec (&acc)[3][3], const S* const (&xr)[3], i64 C,
+  // position e at column c0 + e*SW, NB vectors of channels, on private
+  // accumulators (see micro()). xr[kh]: filter row kh's input row at this
+  // unit's channels (a row of +0 for a padded row). Columns outside [0, W)
+  // read +0: the few positions whose taps reach them take checked loads;
+  // between them every column is inside, and the columns each filter row
+  // meets slide by SW per position (one vector on AVX-512 keeps them in
+  // registers and loads only the new ones).
+  template <int SW, int NB, class S>
+  static inline __attribute__((always_inline)) void dw33_segment(Vec (&acc)[NB][3][3], const S* const (&xr)[3], i64 C,
                                                                  i64 W, const S* dyr, i64 Co, i64 seg, i64 c0) {
-    constexpr bool kSlide = sizeof(Vec) >= 64;  // 9 + 9 + 1 vectors fit 32 registers
-    Vec a[3][3], w[3][3];
-    for (int kh = 0; kh < 3; ++kh)
-      for (int kw = 0; kw < 3; ++kw) a[kh][kw] = acc[kh][kw];
+    constexpr bool kSlide = NB == 1 && sizeof(Vec) >= 64;  // 9 + 9 + 1 vectors fit 32 registers
+    Vec a[NB][3][3], w[3][3];
+    for (int b = 0; b < NB; ++b)
+      for (int kh = 0; kh < 3; ++kh)
+        for (int kw = 0; kw < 3; ++kw) a[b][kh][kw] = acc[b][kh][kw];
     // Positions [lo, hi) meet columns inside the row only.
     const i64 lo = std::min(seg, c0 >= 0 ? 0 : ceil_div(-c0, SW));
     const i64 hi = std::max(lo, std::min(seg, W - 3 - c0 < 0 ? 0 : (W - 3 - c0) / SW + 1));
     auto checked = [&](i64 e) {
-      const Vec dv = V::load(dyr + e * Co);
-      for (int kh = 0; kh < 3; ++kh)
-        for (int kw = 0; kw < 3; ++kw) {
-          const i64 c = c0 + e * SW + kw;
-          a[kh][kw] = V::fma(c >= 0 && c < W ? V::load(xr[kh] + c * C) : V::zero(), dv, a[kh][kw]);
-        }
+      for (int b = 0; b < NB; ++b) {
+        const Vec dv = V::load(dyr + e * Co + b * kLanes);
+        for (int kh = 0; kh < 3; ++kh)
+          for (int kw = 0; kw < 3; ++kw) {
+            const i64 c = c0 + e * SW + kw;
+            a[b][kh][kw] = V::fma(c >= 0 && c < W ? V::load(xr[kh] + c * C + b * kLanes) : V::zero(), dv, a[b][kh][kw]);
+          }
+      }
     };
     for (i64 e = 0; e < lo; ++e) checked(e);
     if (kSlide && lo < hi)
       for (int kh = 0; kh < 3; ++kh)
         for (int kw = 0; kw < 3; ++kw) w[kh][kw] = V::load(xr[kh] + (c0 + lo * SW + kw) * C);
     for (i64 e = lo; e < hi; ++e) {
-      const Vec dv = V::load(dyr + e * Co);
       const i64 c = c0 + e * SW;
-      for (int kh = 0; kh < 3; ++kh)
-        for (int kw = 0; kw < 3; ++kw) {
-          if (!kSlide) w[kh][kw] = V::load(xr[kh] + (c + kw) * C);
-          a[kh][kw] = V::fma(w[kh][kw], dv, a[kh][kw]);
-        }
+      for (int b = 0; b < NB; ++b) {
+        const Vec dv = V::load(dyr + e * Co + b * kLanes);
+        for (int kh = 0; kh < 3; ++kh)
+          for (int kw = 0; kw < 3; ++kw) {
+            if (!kSlide) w[kh][kw] = V::load(xr[kh] + (c + kw) * C + b * kLanes);
+            a[b][kh][kw] = V::fma(w[kh][kw], dv, a[b][kh][kw]);
+          }
+      }
       if (kSlide && e + 1 < hi)
         for (int kh = 0; kh < 3; ++kh) {  // the next position's columns
           if (SW == 1) {
@@ -642,47 +648,82 @@ struct WgradKernels : KernelBase<V> {
         }
     }
     for (i64 e = hi; e < seg; ++e) checked(e);
-    for (int kh = 0; kh < 3; ++kh)
-      for (int kw = 0; kw < 3; ++kw) acc[kh][kw] = a[kh][kw];
+    for (int b = 0; b < NB; ++b)
+      for (int kh = 0; kh < 3; ++kh)
+        for (int kw = 0; kw < 3; ++kw) acc[b][kh][kw] = a[b][kh][kw];
   }
 
   // Depthwise 3x3 (one output channel per group, width dilation 1, width
-  // stride SW): one unit is one chunk of one vector of channels with all 9
-  // taps in registers, so x and dy stream once per chunk; along a row the
-  // columns each filter row meets slide by SW per position (AVX-512 keeps
-  // them loaded and reads only the new ones). Every tap's fold is r
-  // ascending, padded columns and rows as +0. S: x's and dy's element type
-  // (T, or Half16 widened as loaded).
+  // stride SW): one unit is one chunk of NB vectors of channels with all 9
+  // taps of each in registers, so x and dy stream once per chunk. With one
+  // vector, along a row the columns each filter row meets slide by SW per
+  // position (AVX-512 keeps them loaded and reads only the new ones); two
+  // vectors' 18 accumulators leave no room for that, and each position's
+  // columns are read from L1 instead. Every tap's fold is r ascending,
+  // padded columns and rows as +0. S: x's and dy's element type (T, or
+  // Half16 widened as loaded).
   template <int SW, class S>
   static void wgrad_dw33(const ConvProblem& p, const Chunks& ch, const Rows<S>& x, const Rows<S>& dy,
                          const PartSink& parts, const CpuExecutor& ex) {
-    const i64 nb = ceil_div(p.Co, kLanes);
+    if (dw33_pairs<S>(p)) return wgrad_dw33_units<SW, 2, S>(p, ch, x, dy, parts, ex);
+    wgrad_dw33_units<SW, 1, S>(p, ch, x, dy, parts, ex);
+  }
+
+  // Two vectors per wgrad_dw33 unit (32 registers, x and dy in the accumulator type) where that measured
+  // faster: stride 2, or pixels of at most 4 vectors. These layers stream x and dy from memory, and a unit
+  // reading two of a pixel's lines in one pass got more from it than one line in each of two passes, though
+  // it issues 20 loads per position instead of 4 (AVX-512, batch 8, two threads, one process alternating,
+  // two runs each, ms: 3x3 112x112x32 3.16 -> 2.78, 3.36 -> 2.97; 112x112x64 7.43 -> 6.53, 7.35 -> 6.59;
+  // 3x3/2 112x112x96 6.87 -> 5.91, 6.02 -> 5.28; 56x56x96/2 3.15 -> 2.63, 2.15 -> 2.01; float64 112x112x32
+  // 7.04 -> 6.24. Not taken: 56x56x144 3.46 -> 3.52, 4.11 -> 4.32; 28x28x144 1.44 -> 1.51; 56x56x128 and
+  // 14x14x512 even to 8% slower; float16 x and dy even).
+  template <class S>
+  static bool dw33_pairs(const ConvProblem& p) {
+    return sizeof(Vec) >= 64 && std::is_same<S, T>::value && (p.sw == 2 || ceil_div(p.Co, kLanes) <= 4);
+  }
+
+  // wgrad_dw33 in units of chunk k x NB vectors of channels (fewer in a last unit).
+  template <int SW, int NB, class S>
+  static void wgrad_dw33_units(const ConvProblem& p, const Chunks& ch, const Rows<S>& x, const Rows<S>& dy,
+                               const PartSink& parts, const CpuExecutor& ex) {
+    const i64 nv = ceil_div(p.Co, kLanes), nb = ceil_div(nv, NB);
     const std::vector<S> zero_row(p.W * p.C + kPad, S{});  // what a padded filter row reads
-    for_chunk_tiles(ch, nb, ch.L * 9 * kLanes, parts, ex, [&](i64 u0, i64 u1) {
+    for_chunk_tiles(ch, nb, ch.L * 9 * NB * kLanes, parts, ex, [&](i64 u0, i64 u1) {
       FpEnv guard;
       alignas(64) T tmp[kLanes];
       for (i64 u = u0; u < u1; ++u) {
-        const i64 k = u / nb, o0 = u % nb * kLanes;  // channel blocks innermost: they share the chunk's rows
-        Vec acc[3][3];
-        for (int kh = 0; kh < 3; ++kh)
-          for (int kw = 0; kw < 3; ++kw) acc[kh][kw] = V::zero();
-        for (i64 r = ch.begin(k), end = ch.end(k); r < end;) {
-          i64 n, oh, ow;
-          split_r(p, r, n, oh, ow);
-          const i64 seg = std::min(end - r, p.OW - ow);
-          const S* xr[3];
-          for (int kh = 0; kh < 3; ++kh) {
-            const i64 ih = fprop_in_row(p, oh, kh);
-            xr[kh] = (ih >= 0 && ih < p.H ? x.row(n * p.H + ih) : zero_row.data()) + o0;
-          }
-          dw33_segment<SW, S>(acc, xr, p.C, p.W, dy.row(n * p.OH + oh) + ow * p.Co + o0, p.Co, seg, ow * SW - p.pl);
-          r += seg;
-        }
-        for (int kh = 0; kh < 3; ++kh)
-          for (int kw = 0; kw < 3; ++kw)
-            parts.put(k, (kh * 3 + kw) * p.Co + o0, acc[kh][kw], p.Co - o0, tmp);
+        const i64 k = u / nb, v0 = u % nb * NB;  // channel blocks innermost: they share the chunk's rows
+        Base::template with_width<NB, 1>(int(std::min<i64>(NB, nv - v0)), [&](auto w) {
+          dw33_unit<SW, decltype(w)::value, S>(p, ch, k, v0 * kLanes, x, dy, zero_row.data(), parts, tmp);
+        });
       }
     });
+  }
+
+  // One wgrad_dw33 unit: chunk k of the NB vectors of channels from o0.
+  template <int SW, int NB, class S>
+  static void dw33_unit(const ConvProblem& p, const Chunks& ch, i64 k, i64 o0, const Rows<S>& x, const Rows<S>& dy,
+                        const S* zero_row, const PartSink& parts, T* tmp) {
+    Vec acc[NB][3][3];
+    for (int b = 0; b < NB; ++b)
+      for (int kh = 0; kh < 3; ++kh)
+        for (int kw = 0; kw < 3; ++kw) acc[b][kh][kw] = V::zero();
+    for (i64 r = ch.begin(k), end = ch.end(k); r < end;) {
+      i64 n, oh, ow;
+      split_r(p, r, n, oh, ow);
+      const i64 seg = std::min(end - r, p.OW - ow);
+      const S* xr[3];
+      for (int kh = 0; kh < 3; ++kh) {
+        const i64 ih = fprop_in_row(p, oh, kh);
+        xr[kh] = (ih >= 0 && ih < p.H ? x.row(n * p.H + ih) : zero_row) + o0;
+      }
+      dw33_segment<SW, NB, S>(acc, xr, p.C, p.W, dy.row(n * p.OH + oh) + ow * p.Co + o0, p.Co, seg, ow * SW - p.pl);
+      r += seg;
+    }
+    for (int b = 0; b < NB; ++b)
+      for (int kh = 0; kh < 3; ++kh)
+        for (int kw = 0; kw < 3; ++kw)
+          parts.put(k, (kh * 3 + kw) * p.Co + o0 + b * kLanes, acc[b][kh][kw], p.Co - o0 - b * kLanes, tmp);
   }
 
   // Joint tiles (stems: few channels, several kw): NI consecutive (kw, i)
