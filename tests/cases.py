@@ -67,6 +67,11 @@ CASES_2D_KERNELS = [
     ("dw3-pads-short-rows", (2, 6, 5, 20), (3, 3, 1, 20), 1, 1, ((3, 1), (3, 4))),
     ("dw3-s2-pads", (1, 7, 23, 17), (3, 3, 1, 17), 2, 1, ((2, 0), (3, 2))),
     ("dw3-s2-valid-24", (1, 5, 24, 17), (3, 3, 1, 17), 2, 1, "VALID"),  # the last block's taps pass the row
+    # A stem's filter gradient on AVX-512's 7-pair x 4-vector joint tiles (21 pairs, 70 = 64 + 6 output
+    # channels, 4 chunks starting mid-row); depthwise 3x3 filter gradients in units of two vectors with a
+    # last unit of one (stride 2, 48 channels) and of one partial vector (stride 1, 20 channels: above).
+    ("stem-wide-joint", (2, 17, 21, 3), (7, 7, 3, 70), 2, 1, "SAME"),
+    ("dw3-s2-pairs-c48", (2, 9, 20, 48), (3, 3, 1, 48), 2, 1, "SAME"),
 ]
 
 # Depthwise 3x3 layers whose float16 x and dy the CPU kernels read in place, widened per vector
