@@ -665,7 +665,8 @@ struct WgradKernels : KernelBase<V> {
   template <int SW, class S>
   static void wgrad_dw33(const ConvProblem& p, const Chunks& ch, const Rows<S>& x, const Rows<S>& dy,
                          const PartSink& parts, const CpuExecutor& ex) {
-    if (dw33_pairs<S>(p)) return wgrad_dw33_units<SW, 2, S>(p, ch, x, dy, parts, ex);
+    if constexpr (std::is_same<S, T>::value)
+      if (dw33_pairs(p)) return wgrad_dw33_units<SW, 2, S>(p, ch, x, dy, parts, ex);
     wgrad_dw33_units<SW, 1, S>(p, ch, x, dy, parts, ex);
   }
 
@@ -677,9 +678,8 @@ struct WgradKernels : KernelBase<V> {
   // 3x3/2 112x112x96 6.87 -> 5.91, 6.02 -> 5.28; 56x56x96/2 3.15 -> 2.63, 2.15 -> 2.01; float64 112x112x32
   // 7.04 -> 6.24. Not taken: 56x56x144 3.46 -> 3.52, 4.11 -> 4.32; 28x28x144 1.44 -> 1.51; 56x56x128 and
   // 14x14x512 even to 8% slower; float16 x and dy even).
-  template <class S>
   static bool dw33_pairs(const ConvProblem& p) {
-    return sizeof(Vec) >= 64 && std::is_same<S, T>::value && (p.sw == 2 || ceil_div(p.Co, kLanes) <= 4);
+    return sizeof(Vec) >= 64 && (p.sw == 2 || ceil_div(p.Co, kLanes) <= 4);
   }
 
   // wgrad_dw33 in units of chunk k x NB vectors of channels (fewer in a last unit).
