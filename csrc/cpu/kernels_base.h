@@ -68,8 +68,8 @@ struct KernelBase {
   // Whether `channels` output channels suit blocks of `block` lanes (the wide forward and GEMM tiles):
   // whole blocks, or a last partial block whose empty lanes cost at most 1/16 more fmas (Xception's 728
   // channels: 12 blocks of 64, 40 empty lanes in 768).
-  static constexpr bool fills_blocks(i64 channels, i64 block) {
-    return channels >= block && (channels + block - 1) / block * block * 16 <= channels * 17;
+  static bool fills_blocks(i64 channels, i64 block) {
+    return channels >= block && (ceil_div(channels, block) * block - channels) * 16 <= channels;
   }
   // Dense forward folds whose (kw, i) runs are shorter than kPatchRun values gather each pixel block's
   // taps first (fprop_dense), on AVX2 only: its 6x2 block folds a 21-value run in ~130 cycles, so a call's
