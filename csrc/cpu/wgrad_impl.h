@@ -332,6 +332,20 @@ struct WgradKernels : KernelBase<V> {
   // Dense tiles pack x (pack_x, pack_segment) where this many o-blocks share it.
   static constexpr i64 kPackBlocks = 8;
 
+  // fn(std::integral_constant<int, NR>) with NR the rows a tile of NI folds
+  // when only `live` of them are filter elements: a group's last tile of 2 or
+  // 4 channels folds those alone instead of repeating its last row (64
+  // channels in tiles of 6 were 66 folded rows). Each row's fold is its own,
+  // so dropping the repeats moves no bit.
+  template <int NI, class Fn>
+  static inline __attribute__((always_inline)) void live_rows(i64 live, Fn&& fn) {
+    if constexpr (NI > 4) {
+      if (live <= 2) return fn(std::integral_constant<int, 2>());
+      if (live <= 4) return fn(std::integral_constant<int, 4>());
+    }
+    fn(std::integral_constant<int, NI>());
+  }
+
   // Dense: lanes over BW = NW vectors of output channels of one group, NI
   // consecutive i of one (kh, kw) tap in registers; the fold runs over r
   // inside one chunk.
@@ -380,10 +394,17 @@ struct WgradKernels : KernelBase<V> {
           pack_x<NI, joint>(p, ch, k, kh, rows, x, g * p.Cg, xpack.data());
         }
         Vec acc[NI][NW];
-        if (pack || flat) {
-          wgrad_run_fold<NI, NW>(acc, p, ch, k, x, g * p.Cg + i0, pack ? xpack.data() : nullptr, dy, o0);
+        if (pack) {
+          wgrad_run_fold<NI, NW>(acc, p, ch, k, x, g * p.Cg + i0, xpack.data(), dy, o0);
         } else {
-          wgrad_dense_fold<NI, NW>(acc, p, ch, k, kh, kw, x, g * p.Cg + i0, dy, o0);
+          live_rows<NI>(p.Cg - i0, [&](auto nr) {
+            constexpr int NR = decltype(nr)::value;
+            Vec a[NR][NW];
+            if (flat) wgrad_run_fold<NR, NW>(a, p, ch, k, x, g * p.Cg + i0, nullptr, dy, o0);
+            else wgrad_dense_fold<NR, NW>(a, p, ch, k, kh, kw, x, g * p.Cg + i0, dy, o0);
+            for (int t = 0; t < NR; ++t)
+              for (int j = 0; j < NW; ++j) acc[t][j] = a[t][j];
+          });
         }
         for (int t = 0; t < NI; ++t)
           for (int j = 0; j < NW; ++j) {
@@ -414,12 +435,26 @@ struct WgradKernels : KernelBase<V> {
   //   where 2 or 4 o-blocks share x instead, AVX-512: even or slower).
   // The portable path keeps whole-chunk tiles (V::kSubRuns): the tests'
   // oracle where the reference would take minutes.
-  static constexpr i64 kSubRun = 224, kSubRunBytes = i64(1) << 20;
+  static constexpr i64 kSubRunBytes = i64(1) << 20;
   static bool sub_runs(const ConvProblem& p, const Chunks& ch) {
     return V::kSubRuns && !Base::flat_pixels(p) && ch.L * (p.C + p.Co) * i64(sizeof(T)) > kSubRunBytes;
   }
 
+  // A sub-run's positions: at least kSubRun, and at least those whose x and
+  // dy values fill kSubRunFill, so that its per-tile costs (accumulators
+  // loaded and stored, segments set up) are paid less often where pixels are
+  // narrow and the rows still fit L2: C3D's 64 + 64 channels filled 115 KB in
+  // 224 positions, now 560 (10 rows). Alternating in one process, AVX-512,
+  // ms: two threads 117.4 -> 109.1 (first quartiles), one 225.4 -> 206.0
+  // (medians); 672-1120 positions even, 1344 slower; 3x3x3 28x28 128->128:
+  // 224 and 448 even, 896 slower. Pixels of 256+ channels keep 224.
+  static constexpr i64 kSubRun = 224, kSubRunFill = i64(256) << 10;
+  static i64 sub_run_len(const ConvProblem& p) {
+    return std::max(kSubRun, kSubRunFill / ((p.C + p.Co) * i64(sizeof(T))));
+  }
+
   struct Seg { i64 n, oh, ow, len; };  // an output row segment: len positions from (n, oh, ow)
+  struct TileAt { i64 kw, bi, b, i0, o0, first_out, end_out; };  // a sub-run tile: its tap, blocks, first channels
 
   // The sub-run folds below take a tile's accumulators from st (+0 where
   // `first`) and leave them there. Not inlined: one call per tile and
@@ -429,12 +464,11 @@ struct WgradKernels : KernelBase<V> {
   // fold_segment over segments [s0, s1).
   template <int NI, int NW>
   static __attribute__((noinline)) void fold_segments(T* st, bool first, const ConvProblem& p, const Seg* s0,
-                                                      const Seg* s1, i64 kh, i64 kw, const Rows<T>& x, i64 xoff,
-                                                      const Rows<T>& dy, i64 dyoff) {
+                                                      const Seg* s1, i64 kh, i64 kw, i64 first_out, i64 end_out,
+                                                      const Rows<T>& x, i64 xoff, const Rows<T>& dy, i64 dyoff) {
     Vec a[NI][NW];
     for (int t = 0; t < NI; ++t)
       for (int j = 0; j < NW; ++j) a[t][j] = first ? V::zero() : V::load(st + (t * NW + j) * kLanes);
-    const i64 first_out = fprop_first_out(p, kw), end_out = fprop_end_out(p, kw);
     for (const Seg* s = s0; s < s1; ++s)
       fold_segment<NI, NW>(a, p, s->n, s->oh, s->ow, s->len, kh, kw, first_out, end_out, x, xoff, dy, dyoff);
     for (int t = 0; t < NI; ++t)
@@ -463,13 +497,15 @@ struct WgradKernels : KernelBase<V> {
     const i64 cog = p.Cog(), nb = ceil_div(cog, BW), ib = ceil_div(p.Cg, NI);
     const i64 row_tiles = p.KW * ib * nb;  // the tiles of one (g, kh)
     const i64 tiles = p.G * p.KH * row_tiles;
+    const i64 run_len = sub_run_len(p);
     for_chunk_tiles(ch, tiles, ch.L * NI * BW, parts, ex, [&](i64 u0, i64 u1) {
       FpEnv guard;
       alignas(64) T tmp[kLanes];
       std::vector<Seg> segs;
+      std::vector<TileAt> at;
       std::vector<T> state;  // the accumulators of tiles [t0, t1) between sub-runs
       const bool pack = nb >= kPackBlocks;
-      std::vector<T> xpack(pack ? (kSubRun + p.OW) * NI : 0);  // one sub-run's x for one (kw, bi)
+      std::vector<T> xpack(pack ? (run_len + p.OW) * NI : 0);  // one sub-run's x for one (kw, bi)
       TileRows<NI, false> rows;
       i64 seg_chunk = -1;
       for (i64 u = u0; u < u1;) {
@@ -488,40 +524,57 @@ struct WgradKernels : KernelBase<V> {
           seg_chunk = k;
         }
         const i64 g = grp / p.KH, kh = grp % p.KH;
-        // Tile t0's (kw, bi, b), decoded once; the sub-runs count the others up from it (four 64-bit
+        // Tiles [t0, t1) decoded once: t0's (kw, bi, b) divided, the others counted up from it (four 64-bit
         // divisions per tile and sub-run, 40-90 cycles each, were 6-13% of its ~2,700 cycles of fmas: C3D, AVX-512).
-        const i64 rem0 = t0 % row_tiles, b0 = rem0 % nb, bi0 = rem0 / nb % ib, kw0 = rem0 / nb / ib;
-        state.resize(size_t((t1 - t0) * NI * NW * kLanes));
-        for (size_t s0 = 0; s0 < segs.size();) {
-          size_t s1 = s0;
-          for (i64 len = 0; s1 < segs.size() && len < kSubRun;) len += segs[s1++].len;
-          i64 b = b0, bi = bi0, kw = kw0;
+        at.clear();
+        {
+          const i64 rem0 = t0 % row_tiles;
+          i64 b = rem0 % nb, bi = rem0 / nb % ib, kw = rem0 / nb / ib;
           for (i64 t = t0; t < t1; ++t) {
             if (t > t0 && ++b == nb) {
               b = 0;
               if (++bi == ib) { bi = 0; ++kw; }
             }
-            const i64 i0 = bi * NI, o0 = g * cog + b * BW;
-            T* st = state.data() + (t - t0) * NI * NW * kLanes;
-            if (pack && (t == t0 || b == 0)) {  // a new (kw, bi): the o-blocks after it share its x
-              rows = TileRows<NI, false>(p, kw, bi);
-              T* xp = xpack.data();
-              for (size_t sg = s0; sg < s1; ++sg)
-                xp = pack_segment<NI, false>(p, segs[sg].n, segs[sg].oh, segs[sg].ow, segs[sg].len, kh, rows, x, g * p.Cg, xp);
-            }
-            if (pack)
-              fold_packed_segments<NI, NW>(st, s0 == 0, p, segs.data() + s0, segs.data() + s1, xpack.data(), dy, o0);
-            else
-              fold_segments<NI, NW>(st, s0 == 0, p, segs.data() + s0, segs.data() + s1, kh, kw, x, g * p.Cg + i0, dy, o0);
-            if (s1 < segs.size()) continue;
-            for (int q = 0; q < NI; ++q)
-              for (int j = 0; j < NW; ++j) {
-                if (q >= p.Cg - i0) continue;
-                const i64 ol0 = b * BW + j * kLanes;
-                const i64 e = (kh * p.KW + kw) * p.Cg + i0 + q;
-                parts.put(k, e * p.Co + g * cog + ol0, V::load(st + (q * NW + j) * kLanes), cog - ol0, tmp);
-              }
+            at.push_back(TileAt{kw, bi, b, bi * NI, g * cog + b * BW, fprop_first_out(p, kw), fprop_end_out(p, kw)});
           }
+        }
+        const i64 nt = t1 - t0;
+        state.resize(size_t(nt * NI * NW * kLanes));
+        auto st_of = [&](i64 q) { return state.data() + q * NI * NW * kLanes; };
+        for (size_t s0 = 0; s0 < segs.size();) {
+          size_t s1 = s0;
+          for (i64 len = 0; s1 < segs.size() && len < run_len;) len += segs[s1++].len;
+          if (pack) {
+            for (i64 q = 0; q < nt; ++q) {
+              const TileAt& a = at[q];
+              if (q == 0 || a.b == 0) {  // a new (kw, bi): the o-blocks after it share its x
+                rows = TileRows<NI, false>(p, a.kw, a.bi);
+                T* xp = xpack.data();
+                for (size_t sg = s0; sg < s1; ++sg)
+                  xp = pack_segment<NI, false>(p, segs[sg].n, segs[sg].oh, segs[sg].ow, segs[sg].len, kh, rows, x, g * p.Cg, xp);
+              }
+              fold_packed_segments<NI, NW>(st_of(q), s0 == 0, p, segs.data() + s0, segs.data() + s1, xpack.data(), dy, a.o0);
+            }
+          } else {
+            for (i64 q = 0; q < nt; ++q) {
+              const TileAt& a = at[q];
+              live_rows<NI>(p.Cg - a.i0, [&](auto nr) {
+                fold_segments<decltype(nr)::value, NW>(st_of(q), s0 == 0, p, segs.data() + s0, segs.data() + s1, kh, a.kw,
+                                                       a.first_out, a.end_out, x, g * p.Cg + a.i0, dy, a.o0);
+              });
+            }
+          }
+          if (s1 == segs.size())
+            for (i64 q = 0; q < nt; ++q) {
+              const TileAt& a = at[q];
+              for (int r = 0; r < NI; ++r)
+                for (int j = 0; j < NW; ++j) {
+                  if (r >= p.Cg - a.i0) continue;
+                  const i64 ol0 = a.b * BW + j * kLanes;
+                  const i64 e = (kh * p.KW + a.kw) * p.Cg + a.i0 + r;
+                  parts.put(k, e * p.Co + g * cog + ol0, V::load(st_of(q) + (r * NW + j) * kLanes), cog - ol0, tmp);
+                }
+            }
           s0 = s1;
         }
         u = k * tiles + t1;
