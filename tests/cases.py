@@ -75,8 +75,9 @@ CASES_2D_KERNELS = [
 ]
 
 # Depthwise 3x3 layers whose float16 x and dy the CPU kernels read in place, widened per vector
-# (half_direct in csrc/cpu/kernels_impl.h): strides 1 and 2, interior and border blocks, rows that
-# end mid-vector, channels that end mid-vector, explicit and one-sided padding.
+# (half_direct and half_direct_dx in csrc/cpu/kernels_impl.h): strides 1 and 2, interior and border
+# blocks, rows that end mid-vector, channels that end mid-vector, explicit and one-sided padding
+# (7 channels: the input gradient's pixel lanes on AVX-512, through a float copy).
 CASES_HALF_DIRECT = [
     ("dw3-s1-same", (2, 6, 37, 20), (3, 3, 1, 20), 1, 1, "SAME"),
     ("dw3-s2-same", (2, 7, 31, 33), (3, 3, 1, 33), 2, 1, "SAME"),

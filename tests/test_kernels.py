@@ -90,9 +90,9 @@ def test_every_isa_path_same_bits(rng, isa):
 
 @pytest.mark.parametrize("isa", _isas())
 def test_float16_read_in_place(rng, isa):
-    # float16 depthwise 3x3 layers: x and dy read from the caller's memory and widened per vector,
-    # on every ISA, both accumulations, with subnormals, -0, inf and NaN among the values; the
-    # NCHW call (converted into a copy first) must agree too.
+    # float16 depthwise 3x3 layers: x and dy read from the caller's memory and widened per vector
+    # (forward, input and filter gradients), on every ISA, both accumulations, with subnormals, -0,
+    # inf and NaN among the values; the NCHW calls (converted into a copy first) must agree too.
     with on_cpu_isa(K, isa):
         for name, x_shape, f_shape, strides, dilations, padding in CASES_HALF_DIRECT:
             for accumulation in (None, "float16"):
@@ -111,6 +111,8 @@ def test_float16_read_in_place(rng, isa):
                 a = dict(strides=strides, padding=padding, dilations=dilations, accumulation=accumulation,
                          data_format="NCHW")
                 assert_bits_equal(to_nhwc(K.conv2d(to_nchw(x), f, bias=b, **a)), want[0], f"{name} NCHW y")
+                assert_bits_equal(to_nhwc(K.conv2d_backprop_input(to_nchw(dy), f, to_nchw(x).shape, **a)),
+                                  want[1], f"{name} NCHW dx")
                 assert_bits_equal(K.conv2d_backprop_filter(to_nchw(x), to_nchw(dy), f.shape, **a), want[2],
                                   f"{name} NCHW dw")
 

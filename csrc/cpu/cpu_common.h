@@ -125,9 +125,11 @@ struct IsaKernels {
   // float16 x and dy read in place (NHWC, 2-D) for the problems half_direct(p)
   // accepts: memory-bound layers, where widening them into a float copy first
   // would cost as much as the kernel. Null for float64.
-  bool (*half_direct)(const ConvProblem&);
+  bool (*half_direct)(const ConvProblem&);     // fprop_half and wgrad_half
+  bool (*half_direct_dx)(const ConvProblem&);  // dgrad_half
   void (*fprop_half)(const ConvProblem&, const Rows<Half16>& x, const A* f, const A* bias, const OutSpec& y,
                      const CpuExecutor&);
+  void (*dgrad_half)(const ConvProblem&, const Rows<Half16>& dy, const A* f, const OutSpec& dx, const CpuExecutor&);
   void (*wgrad_half)(const ConvProblem&, const Rows<Half16>& x, const Rows<Half16>& dy, const OutSpec& dw,
                      const CpuExecutor&);
 };

@@ -254,10 +254,11 @@ struct DgradKernels : KernelBase<V> {
   // output. Pixels q >= real (past a short row) read zeros, never stored.
   // kInner: all NP pixels are real and every tap reaches a dy column inside
   // the row, so no pixel is checked (any stride and filter width).
-  template <int NP, int NW, bool kInner>
+  // S: dy's element type (T, or Half16 widened as loaded).
+  template <int NP, int NW, bool kInner, class S = T>
   static inline __attribute__((always_inline)) void dgrad_dw_block(Vec (&acc)[NP][NW], const ConvProblem& p,
-                                                                   const T* const* rows, const i64* cols, const T* wt,
-                                                                   i64 cp, i64 k0, int real, i64 c0, const T* zeros) {
+                                                                   const S* const* rows, const i64* cols, const T* wt,
+                                                                   i64 cp, i64 k0, int real, i64 c0, const S* zeros) {
     const i64 cog = p.Cog();
     Vec a[NP][NW];
     for (int q = 0; q < NP; ++q)
@@ -266,8 +267,8 @@ struct DgradKernels : KernelBase<V> {
       if (!rows[kh]) continue;
       for (i64 kw = 0; kw < p.KW; ++kw) {
         if (cols[kw] == kNoTap) continue;
-        const T* d0 = kInner ? rows[kh] + (cols[kw] + k0) * p.Co + c0 : nullptr;  // pixel q at d0 + q*Co
-        const T* dp[NP];
+        const S* d0 = kInner ? rows[kh] + (cols[kw] + k0) * p.Co + c0 : nullptr;  // pixel q at d0 + q*Co
+        const S* dp[NP];
         bool valid[NP], all = true, any = kInner;
         if constexpr (!kInner)
           for (int q = 0; q < NP; ++q) {
@@ -283,7 +284,7 @@ struct DgradKernels : KernelBase<V> {
           for (int j = 0; j < NW; ++j) fv[j] = V::load(wt + ((kh * p.KW + kw) * cog + m) * cp + c0 + j * kLanes);
           for (int q = 0; q < NP; ++q) {
             if (!kInner && !all && !valid[q]) continue;
-            const T* src = kInner ? d0 + q * p.Co : dp[q];
+            const S* src = kInner ? d0 + q * p.Co : dp[q];
             for (int j = 0; j < NW; ++j) a[q][j] = V::fma(V::load(src + m * p.C + j * kLanes), fv[j], a[q][j]);
           }
         }
@@ -313,9 +314,9 @@ struct DgradKernels : KernelBase<V> {
   // builds in alternating processes, ms): 3x3 19x19x728 3.35, 3.49 -> 1.78,
   // 1.73; 112x112x32 2.70, 2.63 -> 2.10, 2.38; 56x56x144 3.44, 3.37 ->
   // 2.95, 2.54; 3x3/2 112x112x96 4.56, 4.82 -> 4.11, 4.38.
-  template <int NP, int NW, int SW, bool kClip = false>
+  template <int NP, int NW, int SW, class S, bool kClip = false>
   static inline __attribute__((always_inline)) void dgrad_dw3_block(Vec (&acc)[NP][NW], const ConvProblem& p,
-                                                                    const T* const* rows, const T* wt, i64 cp, i64 iw0,
+                                                                    const S* const* rows, const T* wt, i64 cp, i64 iw0,
                                                                     i64 c0) {
     constexpr int KMIN = Dw3Cols<NP, SW>::lo, KMAX = Dw3Cols<NP, SW>::hi;
     Vec a[NP][NW];
@@ -324,7 +325,7 @@ struct DgradKernels : KernelBase<V> {
     for (i64 kh = 0; kh < p.KH; ++kh) {
       if (!rows[kh]) continue;
       const i64 col = (iw0 + p.pl) / SW;  // the dy column of k = 0
-      const T* d0 = rows[kh] + col * p.C + c0;
+      const S* d0 = rows[kh] + col * p.C + c0;
       Vec fv[3][NW];
       for (int kw = 0; kw < 3; ++kw)
         for (int j = 0; j < NW; ++j) fv[kw][j] = V::load(wt + (kh * 3 + kw) * cp + c0 + j * kLanes);
@@ -358,8 +359,9 @@ struct DgradKernels : KernelBase<V> {
   // Measured (AVX2, one thread, batch 8): 3x3 112x112x32 3.85 -> 3.30 ms,
   // 3x3/2 112x112x96 13.2 -> 11.2 ms against units of one block each, whose
   // index divisions cost more than their 72 fmas.
-  template <int NP, int NW, int SW3>
-  static void dgrad_dw(const ConvProblem& p, const Rows<T>& dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
+  // S: dy's element type (Half16, widened as loaded, only with one output channel per group: see dw3).
+  template <int NP, int NW, int SW3, class S = T>
+  static void dgrad_dw(const ConvProblem& p, const Rows<S>& dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
     constexpr int BD = kLanes * NW;
     const i64 cog = p.Cog(), nb = ceil_div(p.C, BD), cp = nb * BD, khw = p.KH * p.KW;
     // wt[kh][kw][m][c] = f[kh, kw, 0, c*cog + m]
@@ -367,9 +369,10 @@ struct DgradKernels : KernelBase<V> {
     for (i64 t = 0; t < khw; ++t)
       for (i64 m = 0; m < cog; ++m)
         for (i64 c = 0; c < p.C; ++c) wt[(t * cog + m) * cp + c] = f[t * p.Co + c * cog + m];
-    std::vector<T> dyg;
-    if (cog > 1) dyg = group_major(p, dy, cog);
-    const Rows<T> dyin = cog > 1 ? rows_of(dyg, p.N * p.OH, p.OW * p.Co) : dy;
+    std::vector<S> dyg;
+    if constexpr (std::is_same<S, T>::value)
+      if (cog > 1) dyg = group_major(p, dy, cog);
+    const Rows<S> dyin = cog > 1 ? rows_of(dyg, p.N * p.OH, p.OW * p.Co) : dy;
     const std::vector<i64> tap_cols = phase_tap_cols(p);
     // Per phase: its pixels in a row, and the first and last dy column offsets
     // its taps reach (a block k0 is inside when k0 + lo >= 0 and
@@ -386,14 +389,14 @@ struct DgradKernels : KernelBase<V> {
         first = false;
       }
     }
-    const std::vector<T> zeros(p.Co + 2 * kPad, T(0));  // what pixels past a short row read
+    const std::vector<S> zeros(p.Co + 2 * kPad, S{});  // what pixels past a short row read
     const Strides4 xs = dx.s;
     const i64 row_blocks = p.sw * ceil_div(ceil_div(p.W, p.sw), NP);  // an upper bound, for prefetch slices
-    const SlicePrefetch prefetch(p.OW * p.Co * sizeof(T), row_blocks * nb);
+    const SlicePrefetch prefetch(p.OW * p.Co * sizeof(S), row_blocks * nb);
     const bool stream = Base::streamable(dx, p.x_elems());
     ex.parallel_for(p.N * p.H, khw * cog * cp * p.W, [&](i64 u0, i64 u1) {
       FpEnv guard;
-      std::vector<const T*> rows(p.KH);
+      std::vector<const S*> rows(p.KH);
       for (i64 u = u0; u < u1; ++u) {
         const i64 ih = u % p.H, n = u / p.H;
         i64 oh_first = -1;
@@ -404,7 +407,7 @@ struct DgradKernels : KernelBase<V> {
         }
         // The dy row the next input row adds, prefetched a slice per block (see fprop_dw).
         const i64 oh_next = ih + 1 < p.H ? dgrad_out_row(p, ih + 1, 0) : -1;
-        const T* next = oh_next >= 0 && oh_next != oh_first ? dyin.row(n * p.OH + oh_next) : nullptr;
+        const S* next = oh_next >= 0 && oh_next != oh_first ? dyin.row(n * p.OH + oh_next) : nullptr;
         auto put = [&](const Vec& v, i64 iw, i64 c) {
           put_lanes(dx, v, xs.at(n, ih, iw, c), xs.c, p.C - c, stream);
         };
@@ -413,7 +416,7 @@ struct DgradKernels : KernelBase<V> {
           auto single = [&](i64 iw, i64 c0) {
             Vec acc[1][NW];
             const i64 ph = iw % 2;
-            dgrad_dw_block<1, NW, false>(acc, p, rows.data(), tap_cols.data() + ph * p.KW, wt.data(), cp, iw / 2, 1, c0,
+            dgrad_dw_block<1, NW, false, S>(acc, p, rows.data(), tap_cols.data() + ph * p.KW, wt.data(), cp, iw / 2, 1, c0,
                                          zeros.data());
             for (int j = 0; j < NW; ++j) put(acc[0][j], iw, c0 + j * kLanes);
           };
@@ -427,8 +430,8 @@ struct DgradKernels : KernelBase<V> {
               const i64 c0 = b * BD;
               if (next) prefetch(next, blk * nb + b);
               Vec acc[NP][NW];
-              if (fast) dgrad_dw3_block<NP, NW, 2>(acc, p, rows.data(), wt.data(), cp, iw, c0);
-              else dgrad_dw3_block<NP, NW, 2, true>(acc, p, rows.data(), wt.data(), cp, iw, c0);
+              if (fast) dgrad_dw3_block<NP, NW, 2, S>(acc, p, rows.data(), wt.data(), cp, iw, c0);
+              else dgrad_dw3_block<NP, NW, 2, S, true>(acc, p, rows.data(), wt.data(), cp, iw, c0);
               for (int q = 0; q < NP; ++q)
                 for (int j = 0; j < NW; ++j) put(acc[q][j], iw + q, c0 + j * kLanes);
             }
@@ -456,13 +459,13 @@ struct DgradKernels : KernelBase<V> {
               if constexpr (SW3 == 1) {  // stride 1: iw = k0 + q
                 const i64 r = k0 + p.pl;
                 if (real == NP && r + Dw3Cols<NP, 1>::lo >= 0 && r + Dw3Cols<NP, 1>::hi < p.OW)
-                  dgrad_dw3_block<NP, NW, 1>(acc, p, rows.data(), wt.data(), cp, k0, c0);
+                  dgrad_dw3_block<NP, NW, 1, S>(acc, p, rows.data(), wt.data(), cp, k0, c0);
                 else
-                  dgrad_dw3_block<NP, NW, 1, true>(acc, p, rows.data(), wt.data(), cp, k0, c0);
+                  dgrad_dw3_block<NP, NW, 1, S, true>(acc, p, rows.data(), wt.data(), cp, k0, c0);
               } else if (real == NP && k0 + lo[ph] >= 0 && k0 + NP - 1 + hi[ph] < p.OW) {
-                dgrad_dw_block<NP, NW, true>(acc, p, rows.data(), cols, wt.data(), cp, k0, real, c0, zeros.data());
+                dgrad_dw_block<NP, NW, true, S>(acc, p, rows.data(), cols, wt.data(), cp, k0, real, c0, zeros.data());
               } else {
-                dgrad_dw_block<NP, NW, false>(acc, p, rows.data(), cols, wt.data(), cp, k0, real, c0, zeros.data());
+                dgrad_dw_block<NP, NW, false, S>(acc, p, rows.data(), cols, wt.data(), cp, k0, real, c0, zeros.data());
               }
               for (int q = from; q < real; ++q)
                 for (int j = 0; j < NW; ++j) put(acc[q][j], ph + (k0 + q) * p.sw, c0 + j * kLanes);
@@ -616,6 +619,29 @@ struct DgradKernels : KernelBase<V> {
     if constexpr (Base::PG > Base::PD) dgrad_dense<Base::PG, NV, Base::kTailMin>(p, dy, f, dx, ex);
   }
 
+  // Pixel lanes (dgrad_pix) when channel lanes would be mostly empty (but not depthwise with many groups).
+  static bool pixel_lanes(const ConvProblem& p) {
+    return p.Cg <= 4 && p.Cg * 2 <= kLanes && (p.Cg > 1 || p.C * 2 <= kLanes);
+  }
+
+  // 2-D depthwise with 3-wide filters of width stride 1 or 2, one output channel per group: dgrad_dw3_block's units.
+  static bool dw3(const ConvProblem& p) {
+    return !pixel_lanes(p) && p.Cg == 1 && p.Cog() == 1 && p.KW == 3 && p.dw == 1 && (p.sw == 1 || p.sw == 2);
+  }
+
+  template <class S>
+  static void dgrad_dw3(const ConvProblem& p, const Rows<S>& dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
+    if (p.sw == 1) dgrad_dw<8 / DW3W, DW3W, 1, S>(p, dy, f, dx, ex);
+    else dgrad_dw<8 / DW3W, DW3W, 2, S>(p, dy, f, dx, ex);
+  }
+
+  // float16 dy read in place: memory-bound like the forward pass (converting dy into a float copy first put
+  // the depthwise input gradients at 0.57-0.68 of our float32 speed).
+  static void dgrad_half(const ConvProblem& p, const Rows<Half16>& dy, const T* f, const OutSpec& dx,
+                         const CpuExecutor& ex) {
+    dgrad_dw3<Half16>(p, dy, f, dx, ex);  // half_direct_dx(p) chose this problem: dw3(p)
+  }
+
   static void dgrad(const ConvProblem& p, const Rows<T>& dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
     if (p.D != 1 || p.KD != 1) {  // three spatial dimensions: the depth-aware kernel
       if (wide_dx(p)) dgrad_dense<DXP, DXW, DXMIN>(p, dy, f, dx, ex);
@@ -623,8 +649,7 @@ struct DgradKernels : KernelBase<V> {
       else dgrad_dense<Base::PD>(p, dy, f, dx, ex);
       return;
     }
-    // Pixel lanes when channel lanes would be mostly empty (but not depthwise with many groups).
-    if (p.Cg <= 4 && p.Cg * 2 <= kLanes && (p.Cg > 1 || p.C * 2 <= kLanes)) {
+    if (pixel_lanes(p)) {
       switch (p.Cg) {
         case 1: dgrad_pix<1, 4>(p, dy, f, dx, ex); return;
         case 2: dgrad_pix<2, 4>(p, dy, f, dx, ex); return;
@@ -632,10 +657,12 @@ struct DgradKernels : KernelBase<V> {
         default: dgrad_pix<4, 3>(p, dy, f, dx, ex); return;
       }
     }
+    if (dw3(p)) {
+      dgrad_dw3<T>(p, dy, f, dx, ex);
+      return;
+    }
     if (p.Cg == 1) {
-      if (p.KW == 3 && p.dw == 1 && p.sw == 1 && p.Cog() == 1) dgrad_dw<8 / DW3W, DW3W, 1>(p, dy, f, dx, ex);
-      else if (p.KW == 3 && p.dw == 1 && p.sw == 2 && p.Cog() == 1) dgrad_dw<8 / DW3W, DW3W, 2>(p, dy, f, dx, ex);
-      else dgrad_dw<PW, NV, 0>(p, dy, f, dx, ex);
+      dgrad_dw<PW, NV, 0>(p, dy, f, dx, ex);
       return;
     }
     // A 1x1, stride-1, unpadded, one-group dx is the forward pass of dy with

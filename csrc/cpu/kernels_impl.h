@@ -6,12 +6,19 @@
 #include "cpu/dgrad_impl.h"
 #include "cpu/wgrad_impl.h"
 
-// The problems whose float16 x and dy the kernels read in place: depthwise
-// 3x3 of width stride 1 or 2 (memory-bound: widening into a copy first cost
-// as much as the kernel).
+// The forward passes and filter gradients whose float16 x and dy the kernels
+// read in place: depthwise 3x3 of width stride 1 or 2 (memory-bound: widening
+// into a copy first cost as much as the kernel).
 template <class V>
 bool half_direct(const ConvProblem& p) {
   return WgradKernels<V>::dw33(p);
+}
+
+// The input gradients that read float16 dy in place, for the same reason: depthwise 3-wide filters of
+// width stride 1 or 2 that take channel lanes.
+template <class V>
+bool half_direct_dx(const ConvProblem& p) {
+  return DgradKernels<V>::dw3(p);
 }
 
 template <class V>
@@ -20,7 +27,9 @@ IsaKernels<typename V::T> kernel_table() {
                               &WgradKernels<V>::bgrad, &KernelBase<V>::fma_probe};
   if constexpr (std::is_same<typename V::T, float>::value) {
     k.half_direct = &half_direct<V>;
+    k.half_direct_dx = &half_direct_dx<V>;
     k.fprop_half = &FpropKernels<V>::fprop_half;
+    k.dgrad_half = &DgradKernels<V>::dgrad_half;
     k.wgrad_half = &WgradKernels<V>::wgrad_half;
   }
   return k;
