@@ -74,16 +74,20 @@ CASES_2D_KERNELS = [
     ("dw3-s2-pairs-c48", (2, 9, 20, 48), (3, 3, 1, 48), 2, 1, "SAME"),
 ]
 
-# Depthwise 3x3 layers whose float16 x and dy the CPU kernels read in place, widened per vector
-# (half_direct and half_direct_dx in csrc/cpu/kernels_impl.h): strides 1 and 2, interior and border
-# blocks, rows that end mid-vector, channels that end mid-vector, explicit and one-sided padding
-# (7 channels: the input gradient's pixel lanes on AVX-512, through a float copy).
+# Layers whose float16 x and dy the CPU kernels read in place (fprop_takes_half and its siblings in
+# csrc/cpu/kernels_impl.h). Depthwise 3x3, widened per vector: strides 1 and 2, interior and border
+# blocks, rows that end mid-vector, channels that end mid-vector, explicit and one-sided padding (7
+# channels: the input gradient's pixel lanes on AVX-512, through a float copy). 1x1 GEMM forward and
+# input gradient, widened per block of pixels: pixels of 124 channels (vectors past each pixel), and
+# folds past one 32 KiB filter chunk (200 input, 192 output channels) with a last block past the pixels.
 CASES_HALF_DIRECT = [
     ("dw3-s1-same", (2, 6, 37, 20), (3, 3, 1, 20), 1, 1, "SAME"),
     ("dw3-s2-same", (2, 7, 31, 33), (3, 3, 1, 33), 2, 1, "SAME"),
     ("dw3-s1-valid-c7", (1, 5, 19, 7), (3, 3, 1, 7), 1, 1, "VALID"),
     ("dw3-s21-explicit", (2, 8, 26, 18), (3, 3, 1, 18), (2, 1), 1, ((1, 2), (2, 0))),
     ("dw3-s12-d2rows", (1, 9, 23, 16), (3, 3, 1, 16), (1, 2), (2, 1), "SAME"),
+    ("1x1-gemm-c124", (1, 3, 7, 124), (1, 1, 124, 124), 1, 1, "VALID"),
+    ("1x1-gemm-chunks", (2, 3, 11, 200), (1, 1, 200, 192), 1, 1, "SAME"),
 ]
 
 # (name, x shape NDHWC, filter DHWIO, strides, dilations, padding (reference form))

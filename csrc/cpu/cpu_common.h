@@ -122,11 +122,12 @@ struct IsaKernels {
   void (*wgrad)(const ConvProblem&, const Rows<A>& x, const Rows<A>& dy, const OutSpec& dw, const CpuExecutor&);
   void (*bgrad)(const ConvProblem&, const Rows<A>& dy, const OutSpec& db, const CpuExecutor&);
   double (*fma_probe)(i64 iters);  // flops done by a dependency-free fma loop (peak measurement)
-  // float16 x and dy read in place (NHWC, 2-D) for the problems half_direct(p)
-  // accepts: memory-bound layers, where widening them into a float copy first
-  // would cost as much as the kernel. Null for float64.
-  bool (*half_direct)(const ConvProblem&);     // fprop_half and wgrad_half
-  bool (*half_direct_dx)(const ConvProblem&);  // dgrad_half
+  // float16 x and dy read in place (NHWC, 2-D) for the problems *_takes_half(p)
+  // accepts (kernels_impl.h): layers that stream them once, where widening them
+  // into a float copy first would cost about as much as the kernel. Null for float64.
+  bool (*fprop_takes_half)(const ConvProblem&);
+  bool (*dgrad_takes_half)(const ConvProblem&);
+  bool (*wgrad_takes_half)(const ConvProblem&);
   void (*fprop_half)(const ConvProblem&, const Rows<Half16>& x, const A* f, const A* bias, const OutSpec& y,
                      const CpuExecutor&);
   void (*dgrad_half)(const ConvProblem&, const Rows<Half16>& dy, const A* f, const OutSpec& dx, const CpuExecutor&);

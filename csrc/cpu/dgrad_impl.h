@@ -635,11 +635,33 @@ struct DgradKernels : KernelBase<V> {
     else dgrad_dw<8 / DW3W, DW3W, 2, S>(p, dy, f, dx, ex);
   }
 
-  // float16 dy read in place: memory-bound like the forward pass (converting dy into a float copy first put
-  // the depthwise input gradients at 0.57-0.68 of our float32 speed).
+  // A 1x1, stride-1, unpadded, one-group dx is the forward pass of dy with
+  // the filter transposed ([Co][C]: f as it is, read with f_transposed):
+  // the same fold (o ascending, no tap misses an output), in the forward's
+  // 1x1 GEMM blocks over whole images instead of row blocks. Measured (one
+  // thread, batch 8), AVX2: 1x1 56x56 256->64 16.9 -> 14.9 ms, 64->256 13.1
+  // -> 11.5 ms, 28x28 512->128 12.3 -> 11.2 ms; AVX-512 within noise to
+  // -10%. Past kFilterL2Bytes too (two threads, AVX2: 1x1 14x14 1024->256
+  // 7.94 -> 6.46 ms, 7x7 2048->512 7.37 -> 6.13 ms; AVX-512 7x7 2048->512,
+  // against the dense blocks: AMD Zen 4 5.31 -> 5.88, Intel Xeon 5.87 ->
+  // 3.46, where the dense kernel was at 0.54 of oneDNN).
+  static bool gemm(const ConvProblem& p) { return !pixel_lanes(p) && p.Cg != 1 && Base::flat_pixels(p) && p.G == 1; }
+
+  template <class S>
+  static void dgrad_gemm(const ConvProblem& p, const Rows<S>& dy, const T* f, const OutSpec& dx,
+                         const CpuExecutor& ex) {
+    ConvProblem q = p;
+    q.C = q.Cg = p.Co;
+    q.Co = p.C;
+    FpropKernels<V>::template fprop_gemm<S>(q, dy, f, nullptr, dx, ex, true);
+  }
+
+  // float16 dy read in place (converting dy into a float copy first put the depthwise input gradients at
+  // 0.57-0.68 of our float32 speed): dgrad_takes_half (kernels_impl.h) chose this problem, dw3 or gemm.
   static void dgrad_half(const ConvProblem& p, const Rows<Half16>& dy, const T* f, const OutSpec& dx,
                          const CpuExecutor& ex) {
-    dgrad_dw3<Half16>(p, dy, f, dx, ex);  // half_direct_dx(p) chose this problem: dw3(p)
+    if (gemm(p)) dgrad_gemm<Half16>(p, dy, f, dx, ex);
+    else dgrad_dw3<Half16>(p, dy, f, dx, ex);
   }
 
   static void dgrad(const ConvProblem& p, const Rows<T>& dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
@@ -665,21 +687,8 @@ struct DgradKernels : KernelBase<V> {
       dgrad_dw<PW, NV, 0>(p, dy, f, dx, ex);
       return;
     }
-    // A 1x1, stride-1, unpadded, one-group dx is the forward pass of dy with
-    // the filter transposed ([Co][C]: f as it is, read with f_transposed):
-    // the same fold (o ascending, no tap misses an output), in the forward's
-    // 1x1 GEMM blocks over whole images instead of row blocks. Measured (one
-    // thread, batch 8), AVX2: 1x1 56x56 256->64 16.9 -> 14.9 ms, 64->256 13.1
-    // -> 11.5 ms, 28x28 512->128 12.3 -> 11.2 ms; AVX-512 within noise to
-    // -10%. Past kFilterL2Bytes too (two threads, AVX2: 1x1 14x14 1024->256
-    // 7.94 -> 6.46 ms, 7x7 2048->512 7.37 -> 6.13 ms; AVX-512 7x7 2048->512,
-    // against the dense blocks: AMD Zen 4 5.31 -> 5.88, Intel Xeon 5.87 ->
-    // 3.46, where the dense kernel was at 0.54 of oneDNN).
-    if (Base::flat_pixels(p) && p.G == 1) {
-      ConvProblem q = p;
-      q.C = q.Cg = p.Co;
-      q.Co = p.C;
-      FpropKernels<V>::fprop_gemm(q, dy, f, nullptr, dx, ex, true);
+    if (gemm(p)) {
+      dgrad_gemm<T>(p, dy, f, dx, ex);
       return;
     }
     // Measured (AVX-512): PD 8 vs PW 6, dx geomean 0.71 -> 0.83 of oneDNN; rows of 7, 14 or 28 in whole blocks of 7.

@@ -183,7 +183,7 @@ bool three_d(const ConvProblem& p) { return p.D != 1 || p.KD != 1; }
 
 // Whether the kernels read this problem's float16 x and dy in place (2-D NHWC
 // only: 3-D rows are a pointer table over converted rows); accepts: the ISA's
-// half_direct (forward, filter gradient) or half_direct_dx (input gradient).
+// fprop_takes_half, dgrad_takes_half or wgrad_takes_half.
 bool half_direct(const ConvProblem& p, bool (*accepts)(const ConvProblem&)) {
   return p.dtype == DType::kFloat16 && p.layout == Layout::kNHWC && !three_d(p) && accepts && accepts(p);
 }
@@ -298,7 +298,7 @@ void fprop_cpu(const ConvProblem& p, const void* x, const void* f, const void* b
     AccValues<A> ba;
     if (bias) ba = to_acc<A>(bias, p.dtype, p.Co, ex);
     const A* b = bias ? ba.data : nullptr;
-    if (half_direct(p, k.half_direct)) {
+    if (half_direct(p, k.fprop_takes_half)) {
       const auto xh = rows_in_place(static_cast<const cpu::Half16*>(x), p.N * p.H, p.W * p.C, ex);
       k.fprop_half(p, xh.rows, fa.data, b, cpu::OutSpec{y, p.dtype, p.y_strides()}, ex);
       return;
@@ -326,7 +326,7 @@ void dgrad_cpu(const ConvProblem& p, const void* dy, const void* f, void* dx, co
   with_kernels(p, [&](auto zero, const auto& k) {
     using A = decltype(zero);
     const auto fa = to_acc<A>(f, p.dtype, p.filter_elems(), ex);
-    if (half_direct(p, k.half_direct_dx)) {
+    if (half_direct(p, k.dgrad_takes_half)) {
       const auto dh = rows_in_place(static_cast<const cpu::Half16*>(dy), p.N * p.OH, p.OW * p.Co, ex);
       k.dgrad_half(p, dh.rows, fa.data, cpu::OutSpec{dx, p.dtype, p.x_strides()}, ex);
       return;
@@ -341,7 +341,7 @@ void wgrad_cpu(const ConvProblem& p, const void* x, const void* dy, void* dw, co
   with_kernels(p, [&](auto zero, const auto& k) {
     using A = decltype(zero);
     const cpu::OutSpec out{dw, p.dtype, Strides4{0, 0, 0, 1}};
-    if (half_direct(p, k.half_direct)) {
+    if (half_direct(p, k.wgrad_takes_half)) {
       const auto xh = rows_in_place(static_cast<const cpu::Half16*>(x), p.N * p.H, p.W * p.C, ex);
       const auto dh = rows_in_place(static_cast<const cpu::Half16*>(dy), p.N * p.OH, p.OW * p.Co, ex);
       k.wgrad_half(p, xh.rows, dh.rows, out, ex);

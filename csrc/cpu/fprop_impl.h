@@ -343,8 +343,11 @@ struct FpropKernels : KernelBase<V> {
   // 32 KiB) stays in L1 across the unit's pixel blocks instead of the whole
   // block's filter streaming from L3 for every 8 pixels.
   // f_transposed: f is [Co][Cg] (a 1x1 input gradient's filter as it comes), not [Cg][Co].
-  template <int NP, int NW>
-  static void fprop_1x1(const ConvProblem& p, const Rows<T>& x, const T* f, const T* bias, const OutSpec& y,
+  // S: x's element type; Half16 x is widened per unit (its MB pixels, once for all its channel blocks)
+  // into a small buffer instead of into a float copy of the whole tensor first: these layers stream x
+  // once from memory, and the copy cost about as much as the GEMM.
+  template <int NP, int NW, class S = T>
+  static void fprop_1x1(const ConvProblem& p, const Rows<S>& x, const T* f, const T* bias, const OutSpec& y,
                         const CpuExecutor& ex, bool f_transposed = false) {
     constexpr int BF = kLanes * NW;
     constexpr i64 MBMAX = 8 * NP, KC = (i64(32) << 10) / (BF * i64(sizeof(T)));
@@ -381,6 +384,8 @@ struct FpropKernels : KernelBase<V> {
     ex.parallel_for(ceil_div(M, MB) * nb, MB * K * BF, [&](i64 u0, i64 u1) {
       FpEnv guard;
       std::vector<T> tile(K > KC ? MBMAX * BF : 0);
+      constexpr bool kWiden = !std::is_same<S, T>::value;
+      std::vector<T> xw(kWiden ? MB * p.C + kPad : 0);  // widened pixels, stride C (whole-vector stores)
       const T* px[MBMAX];  // pixel m0 + q's input channels
       i64 yo[MBMAX];       // ... and its output offset
       for (i64 u = u0; u < u1; ++u) {
@@ -390,9 +395,19 @@ struct FpropKernels : KernelBase<V> {
         // instruction latencies, not measured alone: at K = 64 those were
         // comparable to a third of the fmas' cycles).
         i64 row = m0 / p.W, col = m0 % p.W, n = row / p.H, oh = row % p.H;
+        const bool widen = kWiden && (u == u0 || b == 0);  // the unit's first channel block
         for (i64 q = 0; q < MB; ++q) {
           const bool in = m0 + q < M;
-          px[q] = in ? x.row(row) + col * p.C : zeros.data();
+          if constexpr (kWiden) {
+            if (in && widen) {  // vectors may run past the pixel (Rows' kPad); the next pixel overwrites them
+              const S* src = x.row(row) + col * p.C;
+              T* dst = xw.data() + q * p.C;
+              for (i64 c = 0; c < p.C; c += kLanes) V::store(dst + c, V::load(src + c));
+            }
+            px[q] = in ? xw.data() + q * p.C : zeros.data();
+          } else {
+            px[q] = in ? x.row(row) + col * p.C : zeros.data();
+          }
           yo[q] = in ? ys.at(n, oh, col, 0) : 0;
           if (++col == p.W) {
             col = 0;
@@ -453,15 +468,16 @@ struct FpropKernels : KernelBase<V> {
   // fprop_1x1 on the wide GEMM tile where wide_gemm(p), else on PG x NV blocks. AVX-512's 7x4 against
   // 8x2, as input gradients (f_transposed; Intel Xeon, batch 8, two threads, in one process, ms): 1x1
   // 56x56 256->64 3.32 -> 3.08, 64->256 2.81 -> 2.71, 14x14 1024->256 2.88 -> 2.79, 7x7 2048->512 even.
-  static void fprop_gemm(const ConvProblem& p, const Rows<T>& x, const T* f, const T* bias, const OutSpec& y,
+  template <class S = T>
+  static void fprop_gemm(const ConvProblem& p, const Rows<S>& x, const T* f, const T* bias, const OutSpec& y,
                          const CpuExecutor& ex, bool f_transposed = false) {
     if constexpr (Base::kWideGemm) {
       if (wide_gemm(p)) {
-        fprop_1x1<Base::WideTile::kGemm[0], Base::WideTile::kGemm[1]>(p, x, f, bias, y, ex, f_transposed);
+        fprop_1x1<Base::WideTile::kGemm[0], Base::WideTile::kGemm[1], S>(p, x, f, bias, y, ex, f_transposed);
         return;
       }
     }
-    fprop_1x1<Base::PG, NV>(p, x, f, bias, y, ex, f_transposed);
+    fprop_1x1<Base::PG, NV, S>(p, x, f, bias, y, ex, f_transposed);
   }
 
   // One depthwise block: NP output pixels x NW vectors of channels, folded
@@ -554,7 +570,7 @@ struct FpropKernels : KernelBase<V> {
   // Depthwise-like (Cg == 1): lanes over output channels across groups; lane o
   // reads input channel o / cog. Each fold is over (kh, kw) only. Blocks of
   // NW vectors; SW > 0: every block takes fprop_dw3_block (clipped at the row's ends).
-  // S: x's element type (Half16 only with cog == 1: see half_direct).
+  // S: x's element type (Half16 only with cog == 1: see fprop_takes_half).
   template <int NP, int NW, int SW, class S = T>
   static void fprop_dw(const ConvProblem& p, const Rows<S>& x, const T* f, const T* bias, const OutSpec& y,
                        const CpuExecutor& ex) {
@@ -624,17 +640,27 @@ struct FpropKernels : KernelBase<V> {
     return true;
   }
 
+  // Depthwise-like (fprop_dw): lanes over output channels.
+  static bool depthwise(const ConvProblem& p) { return p.Cg == 1 && p.Cog() < kLanes; }
+
+  // 1x1 problems that take the GEMM (fprop_gemm) in fprop below.
+  static bool gemm(const ConvProblem& p) {
+    return !depthwise(p) && Base::flat_pixels(p) && p.G == 1 &&
+           (wide_gemm(p) || Base::PG > Base::PF || p.filter_elems() * i64(sizeof(T)) > Base::kFilterL2Bytes);
+  }
+
+  // float16 x read in place: fprop_takes_half (kernels_impl.h) chose this problem, a 1x1 GEMM or a depthwise 3x3.
   static void fprop_half(const ConvProblem& p, const Rows<Half16>& x, const T* f, const T* bias, const OutSpec& y,
                          const CpuExecutor& ex) {
-    fprop_dw3<Half16>(p, x, f, bias, y, ex);  // half_direct(p) chose this problem
+    if (gemm(p)) fprop_gemm<Half16>(p, x, f, bias, y, ex);
+    else fprop_dw3<Half16>(p, x, f, bias, y, ex);
   }
 
   static void fprop(const ConvProblem& p, const Rows<T>& x, const T* f, const T* bias, const OutSpec& y,
                     const CpuExecutor& ex) {
-    if (p.Cg == 1 && p.Cog() < kLanes) {
+    if (depthwise(p)) {
       if (!fprop_dw3<T>(p, x, f, bias, y, ex)) fprop_dw<PW, NV, 0>(p, x, f, bias, y, ex);
-    } else if (Base::flat_pixels(p) && p.G == 1 &&
-               (wide_gemm(p) || Base::PG > Base::PF || p.filter_elems() * i64(sizeof(T)) > Base::kFilterL2Bytes)) {
+    } else if (gemm(p)) {
       // Where its register block is the larger one (AVX2: 6x2 against 4x2; batch 8, two threads, in one
       // process: 1x1 56x56 256->64 6.51 -> 5.83 ms, 64->256 6.94 -> 6.14, 28x28 512->128 5.98 -> 5.12;
       // AVX-512: its 7x4 GEMM tile, against the 7x4 dense tile, Intel Xeon: 56x56 256->64 2.94 -> 2.81,

@@ -6,19 +6,21 @@
 #include "cpu/dgrad_impl.h"
 #include "cpu/wgrad_impl.h"
 
-// The forward passes and filter gradients whose float16 x and dy the kernels
-// read in place: depthwise 3x3 of width stride 1 or 2 (memory-bound: widening
-// into a copy first cost as much as the kernel).
+// The problems whose float16 x and dy the kernels read in place, widened per
+// vector as loaded (depthwise) or per block of pixels (1x1 GEMM): layers that
+// stream them from memory once, where widening them into a float copy of the
+// whole tensor first cost about as much as the kernel.
 template <class V>
-bool half_direct(const ConvProblem& p) {
-  return WgradKernels<V>::dw33(p);
+bool fprop_takes_half(const ConvProblem& p) {
+  return WgradKernels<V>::dw33(p) || FpropKernels<V>::gemm(p);
 }
-
-// The input gradients that read float16 dy in place, for the same reason: depthwise 3-wide filters of
-// width stride 1 or 2 that take channel lanes.
 template <class V>
-bool half_direct_dx(const ConvProblem& p) {
-  return DgradKernels<V>::dw3(p);
+bool dgrad_takes_half(const ConvProblem& p) {
+  return DgradKernels<V>::dw3(p) || DgradKernels<V>::gemm(p);
+}
+template <class V>
+bool wgrad_takes_half(const ConvProblem& p) {
+  return WgradKernels<V>::dw33(p);
 }
 
 template <class V>
@@ -26,8 +28,9 @@ IsaKernels<typename V::T> kernel_table() {
   IsaKernels<typename V::T> k{&FpropKernels<V>::fprop, &DgradKernels<V>::dgrad, &WgradKernels<V>::wgrad,
                               &WgradKernels<V>::bgrad, &KernelBase<V>::fma_probe};
   if constexpr (std::is_same<typename V::T, float>::value) {
-    k.half_direct = &half_direct<V>;
-    k.half_direct_dx = &half_direct_dx<V>;
+    k.fprop_takes_half = &fprop_takes_half<V>;
+    k.dgrad_takes_half = &dgrad_takes_half<V>;
+    k.wgrad_takes_half = &wgrad_takes_half<V>;
     k.fprop_half = &FpropKernels<V>::fprop_half;
     k.dgrad_half = &DgradKernels<V>::dgrad_half;
     k.wgrad_half = &WgradKernels<V>::wgrad_half;

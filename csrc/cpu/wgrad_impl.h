@@ -826,7 +826,7 @@ struct WgradKernels : KernelBase<V> {
 
   static void wgrad_half(const ConvProblem& p, const Rows<Half16>& x, const Rows<Half16>& dy, const OutSpec& dw,
                          const CpuExecutor& ex) {
-    wgrad_parts(p, dw, ex, [&](const Chunks& ch, const PartSink& parts) {  // half_direct(p) chose this problem: dw33(p)
+    wgrad_parts(p, dw, ex, [&](const Chunks& ch, const PartSink& parts) {  // wgrad_takes_half(p) chose this problem: dw33(p)
       if (p.sw == 1) wgrad_dw33<1, Half16>(p, ch, x, dy, parts, ex);
       else wgrad_dw33<2, Half16>(p, ch, x, dy, parts, ex);
     });
