@@ -80,6 +80,7 @@ CASES_2D_KERNELS = [
 # channels: the input gradient's pixel lanes on AVX-512, through a float copy). 1x1 GEMM forward and
 # input gradient, widened per block of pixels: pixels of 124 channels (vectors past each pixel), and
 # folds past one 32 KiB filter chunk (200 input, 192 output channels) with a last block past the pixels.
+# (1x1 filter gradients widened per chunk: test_kernels.py, a layer past 16 MiB of float x and dy.)
 CASES_HALF_DIRECT = [
     ("dw3-s1-same", (2, 6, 37, 20), (3, 3, 1, 20), 1, 1, "SAME"),
     ("dw3-s2-same", (2, 7, 31, 33), (3, 3, 1, 33), 2, 1, "SAME"),

@@ -88,22 +88,27 @@ def test_every_isa_path_same_bits(rng, isa):
                     assert_bits_equal(g, w, f"{isa} {dtype} {name}")
 
 
+def _half_operands(rng, x_shape, f_shape, strides, dilations, padding, accumulation):
+    """float16 operands with subnormals, -0 and (float32 accumulation) one inf and one NaN."""
+    x, f, b, dy = _operands(rng, x_shape, f_shape, strides, dilations, padding, "float16", accumulation)
+    tiny = np.float16(2.0 ** -20)  # subnormal in binary16
+    x.flat[rng.choice(x.size, x.size // 5, replace=False)] *= tiny
+    x.flat[rng.choice(x.size, 3, replace=False)] = np.float16(-0.0)
+    dy.flat[rng.choice(dy.size, dy.size // 5, replace=False)] *= tiny
+    if accumulation is None:  # one inf and one NaN (each poisons only its own outputs)
+        x.flat[x.size // 3], dy.flat[dy.size // 2] = np.float16(np.inf), np.float16(np.nan)
+    return x, f, b, dy
+
+
 @pytest.mark.parametrize("isa", _isas())
 def test_float16_read_in_place(rng, isa):
-    # float16 depthwise 3x3 layers: x and dy read from the caller's memory and widened per vector
-    # (forward, input and filter gradients), on every ISA, both accumulations, with subnormals, -0,
-    # inf and NaN among the values; the NCHW calls (converted into a copy first) must agree too.
+    # float16 x and dy read from the caller's memory and widened as loaded (CASES_HALF_DIRECT),
+    # on every ISA, both accumulations, with subnormals, -0, inf and NaN among the values; the
+    # NCHW calls (converted into a copy first) must agree too.
     with on_cpu_isa(K, isa):
         for name, x_shape, f_shape, strides, dilations, padding in CASES_HALF_DIRECT:
             for accumulation in (None, "float16"):
-                x, f, b, dy = _operands(rng, x_shape, f_shape, strides, dilations, padding, "float16",
-                                        accumulation)
-                tiny = np.float16(2.0 ** -20)  # subnormal in binary16
-                x.flat[rng.choice(x.size, x.size // 5, replace=False)] *= tiny
-                x.flat[rng.choice(x.size, 3, replace=False)] = np.float16(-0.0)
-                dy.flat[rng.choice(dy.size, dy.size // 5, replace=False)] *= tiny
-                if accumulation is None:  # one inf and one NaN (each poisons only its own outputs)
-                    x.flat[x.size // 3], dy.flat[dy.size // 2] = np.float16(np.inf), np.float16(np.nan)
+                x, f, b, dy = _half_operands(rng, x_shape, f_shape, strides, dilations, padding, accumulation)
                 want = _all(ref, x, f, b, dy, strides, dilations, padding, accumulation)
                 got = _all(K, x, f, b, dy, strides, dilations, padding, accumulation)
                 for what, g, w in zip(NAMES, got, want):
@@ -115,6 +120,22 @@ def test_float16_read_in_place(rng, isa):
                                   want[1], f"{name} NCHW dx")
                 assert_bits_equal(K.conv2d_backprop_filter(to_nchw(x), to_nchw(dy), f.shape, **a), want[2],
                                   f"{name} NCHW dw")
+
+
+@pytest.mark.parametrize("accumulation", [None, "float16"])
+def test_float16_1x1_filter_gradient_widened_per_chunk(rng, accumulation):
+    # A 1x1 filter gradient whose float copies of x and dy would pass 16 MiB: float16 x and dy widened
+    # chunk by chunk (ChunkReader in csrc/cpu/wgrad_impl.h), chunks of 64 positions on rows of 120, on
+    # every ISA (the reference computed once: it is the slow part).
+    case = ((1, 80, 120, 8), (1, 1, 8, 448), 1, 1, "VALID")
+    x, f, b, dy = _half_operands(rng, *case, accumulation)
+    want = ref.conv2d_backprop_filter(x, dy, f.shape, strides=1, padding="VALID", dilations=1,
+                                      accumulation=accumulation)
+    for isa in _isas():
+        with on_cpu_isa(K, isa):
+            got = K.conv2d_backprop_filter(x, dy, f.shape, strides=1, padding="VALID", dilations=1,
+                                           accumulation=accumulation)
+            assert_bits_equal(got, want, f"{isa} {accumulation} dw")
 
 
 def test_thread_count_never_changes_bits(rng):

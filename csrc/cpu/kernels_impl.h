@@ -20,7 +20,7 @@ bool dgrad_takes_half(const ConvProblem& p) {
 }
 template <class V>
 bool wgrad_takes_half(const ConvProblem& p) {
-  return WgradKernels<V>::dw33(p);
+  return WgradKernels<V>::dw33(p) || WgradKernels<V>::flat_takes_half(p);
 }
 
 template <class V>

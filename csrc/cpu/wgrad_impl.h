@@ -98,8 +98,10 @@ struct WgradKernels : KernelBase<V> {
   // in 4; 3x3 14x14 256->256, 3 MB: medians 12.0 and 9.9 ms, TensorFlow's
   // ops between calls).
   static i64 running_shares(const ConvProblem& p, int threads) {
-    return p.R() * (p.C + p.Co) * i64(sizeof(T)) <= (i64(16) << 20) ? 2 * i64(threads) : i64(threads);
+    return in_shared_cache(p) ? 2 * i64(threads) : i64(threads);
   }
+  // Whether x and dy (as accumulator values) stay in the shared cache: 16 MiB.
+  static bool in_shared_cache(const ConvProblem& p) { return p.R() * (p.C + p.Co) * i64(sizeof(T)) <= (i64(16) << 20); }
 
   // Running sums where the parts' round trip through memory (P*F written,
   // then read by combine) costs more than the extra x and dy reads (every
@@ -346,11 +348,78 @@ struct WgradKernels : KernelBase<V> {
     fn(std::integral_constant<int, NI>());
   }
 
+  // Chunk k of x and dy as a fold reads it: in place, or for float16 x and dy
+  // (S = Half16; flat_pixels problems only, see flat_takes_half) its positions
+  // widened once per chunk into this thread's buffers and read as chunk 0 of
+  // a problem of their own: position r of the chunk is buffer position
+  // r - begin, the same values in the same order. Widening the whole tensors
+  // into float copies first made these layers' 16-bit filter gradients 0.65
+  // of our float32 speed (the copies went to memory and came back).
+  struct ChunkView {
+    Chunks ch;
+    i64 k;
+    Rows<T> x, dy;
+  };
+  template <class S>
+  class ChunkReader {
+    static constexpr bool kWiden = !std::is_same<S, T>::value;
+
+   public:
+    // The buffers are not zero-filled (a fill per call cost more than the widening: running sums make one
+    // call per chunk and share): every position's values are written before they are read, and the kPad
+    // values after a chunk's last position are set to +0 (the folds' whole vectors read past it).
+    ChunkReader(const ConvProblem& p, const Chunks& ch, const Rows<S>& x, const Rows<S>& dy)
+        : p_(p), ch_(ch), x_(x), dy_(dy) {
+      if constexpr (kWiden) {
+        xw_.reset(new T[ch.L * p.C + kPad]);
+        dw_.reset(new T[ch.L * p.Co + kPad]);
+      }
+    }
+    ChunkView at(i64 k) {
+      if constexpr (!kWiden) {
+        return ChunkView{ch_, k, x_, dy_};
+      } else {
+        const i64 begin = ch_.begin(k), n = ch_.end(k) - begin, rows = ceil_div(n, p_.W);
+        if (k != k_) {
+          widen(x_, p_.W, p_.C, begin, n, xw_.get());
+          widen(dy_, p_.OW, p_.Co, begin, n, dw_.get());
+          k_ = k;
+        }
+        // rows: past every position's row (flat_runs reads the n positions as one run).
+        const i64 xl = p_.W * p_.C, dl = p_.OW * p_.Co;
+        return ChunkView{Chunks{n, n, 1}, 0, Rows<T>{xw_.get(), xl, rows, xw_.get() + rows * xl},
+                         Rows<T>{dw_.get(), dl, rows, dw_.get() + rows * dl}};
+      }
+    }
+
+   private:
+    // Positions [begin, begin + n) of a flat tensor (pixel r = row r / W, column r % W), C values each,
+    // then kPad zeros.
+    static void widen(const Rows<S>& src, i64 W, i64 C, i64 begin, i64 n, T* dst) {
+      for (i64 r = begin, end = begin + n; r < end;) {
+        const i64 row = r / W, col = r % W, seg = std::min(end - r, W - col);
+        const S* s = src.row(row) + col * C;
+        T* d = dst + (r - begin) * C;
+        // Whole vectors: reads may run past the run (Rows' kPad), and so may the stores (the next run
+        // overwrites them, or the zeros below).
+        for (i64 c = 0; c < seg * C; c += kLanes) V::store(d + c, V::load(s + c));
+        r += seg;
+      }
+      std::fill(dst + n * C, dst + n * C + kPad, T(0));
+    }
+    const ConvProblem& p_;
+    const Chunks& ch_;
+    const Rows<S>& x_;
+    const Rows<S>& dy_;
+    std::unique_ptr<T[]> xw_, dw_;
+    i64 k_ = -1;
+  };
+
   // Dense: lanes over BW = NW vectors of output channels of one group, NI
   // consecutive i of one (kh, kw) tap in registers; the fold runs over r
-  // inside one chunk.
-  template <int NI, int NW, bool joint = false>
-  static void wgrad_dense(const ConvProblem& p, const Chunks& ch, const Rows<T>& x, const Rows<T>& dy,
+  // inside one chunk. S: x's and dy's element type (see ChunkReader).
+  template <int NI, int NW, bool joint = false, class S = T>
+  static void wgrad_dense(const ConvProblem& p, const Chunks& ch, const Rows<S>& x, const Rows<S>& dy,
                           const PartSink& parts, const CpuExecutor& ex) {
     constexpr int BW = kLanes * NW;
     const i64 cog = p.Cog(), nb = ceil_div(cog, BW);
@@ -365,6 +434,7 @@ struct WgradKernels : KernelBase<V> {
       alignas(64) T tmp[kLanes];
       std::vector<T> xpack(pack ? ch.L * NI : 0);  // this tile's x (b == 0 fills it)
       TileRows<NI, joint> rows;
+      ChunkReader<S> reader(p, ch, x, dy);
       // Unit u = ((((k*G + g)*KH + kh)*kwn + kw)*ib + bi)*nb + b, decoded once and then counted
       // up. Output-channel blocks innermost: one i-block's x values stay in L1 while the
       // chunk's dy rows (all channels) stay in L2.
@@ -389,19 +459,20 @@ struct WgradKernels : KernelBase<V> {
           }
         }
         const i64 i0 = bi * NI, o0 = g * cog + b * BW;
+        const ChunkView c = reader.at(k);
         if (pack && (u == u0 || b == 0)) {  // a new tile: the o-blocks after it share its x
           rows = TileRows<NI, joint>(p, kw, bi);
-          pack_x<NI, joint>(p, ch, k, kh, rows, x, g * p.Cg, xpack.data());
+          pack_x<NI, joint>(p, c.ch, c.k, kh, rows, c.x, g * p.Cg, xpack.data());
         }
         Vec acc[NI][NW];
         if (pack) {
-          wgrad_run_fold<NI, NW>(acc, p, ch, k, x, g * p.Cg + i0, xpack.data(), dy, o0);
+          wgrad_run_fold<NI, NW>(acc, p, c.ch, c.k, c.x, g * p.Cg + i0, xpack.data(), c.dy, o0);
         } else {
           live_rows<NI>(p.Cg - i0, [&](auto nr) {
             constexpr int NR = decltype(nr)::value;
             Vec a[NR][NW];
-            if (flat) wgrad_run_fold<NR, NW>(a, p, ch, k, x, g * p.Cg + i0, nullptr, dy, o0);
-            else wgrad_dense_fold<NR, NW>(a, p, ch, k, kh, kw, x, g * p.Cg + i0, dy, o0);
+            if (flat) wgrad_run_fold<NR, NW>(a, p, c.ch, c.k, c.x, g * p.Cg + i0, nullptr, c.dy, o0);
+            else wgrad_dense_fold<NR, NW>(a, p, c.ch, c.k, kh, kw, c.x, g * p.Cg + i0, c.dy, o0);
             for (int t = 0; t < NR; ++t)
               for (int j = 0; j < NW; ++j) acc[t][j] = a[t][j];
           });
@@ -824,11 +895,28 @@ struct WgradKernels : KernelBase<V> {
     if (!running) combine(ch, F, parts.data(), dw, ex);
   }
 
+  // The 1x1, stride-1, unpadded, one-group problems that take wgrad_dense in wgrad below whose float16
+  // x and dy are widened per chunk (ChunkReader): where float copies of them would not stay in the
+  // shared cache (widened per chunk, they never reach memory), with chunks of at most 4 MiB of values
+  // (the buffers, per thread). Where the copies stay in the cache, each share of the running sums would
+  // widen every chunk again, and that cost more (AVX-512, batch 8, two threads: 1x1 14x14 1024->256,
+  // 7x7 2048->512 0.92-0.95 -> 0.77-0.84 of our float32 speed; 1x1 56x56 0.64-0.79 -> 0.86-0.95).
+  static bool flat_takes_half(const ConvProblem& p) {
+    return Base::flat_pixels(p) && p.G == 1 && !(p.Cg == 1 && p.Cog() < kLanes) && !in_shared_cache(p) &&
+           reduction_chunks(p.R(), p.filter_elems()).L * (p.C + p.Co) * i64(sizeof(T)) <= (i64(4) << 20);
+  }
+
+  // Dense tiles of 64+ output channels per group take the ISA's wide tile.
+  static bool wide_dw(const ConvProblem& p) { return Base::kWideDw && p.Cog() >= WW * kLanes; }
+
+  // float16 x and dy read in place: wgrad_takes_half (kernels_impl.h) chose this problem, dw33 or flat_takes_half.
   static void wgrad_half(const ConvProblem& p, const Rows<Half16>& x, const Rows<Half16>& dy, const OutSpec& dw,
                          const CpuExecutor& ex) {
-    wgrad_parts(p, dw, ex, [&](const Chunks& ch, const PartSink& parts) {  // wgrad_takes_half(p) chose this problem: dw33(p)
-      if (p.sw == 1) wgrad_dw33<1, Half16>(p, ch, x, dy, parts, ex);
-      else wgrad_dw33<2, Half16>(p, ch, x, dy, parts, ex);
+    wgrad_parts(p, dw, ex, [&](const Chunks& ch, const PartSink& parts) {
+      if (dw33(p) && p.sw == 1) wgrad_dw33<1, Half16>(p, ch, x, dy, parts, ex);
+      else if (dw33(p)) wgrad_dw33<2, Half16>(p, ch, x, dy, parts, ex);
+      else if (wide_dw(p)) wgrad_dense<WI, WW, false, Half16>(p, ch, x, dy, parts, ex);
+      else wgrad_dense<TI, NV, false, Half16>(p, ch, x, dy, parts, ex);
     });
   }
 
@@ -838,7 +926,7 @@ struct WgradKernels : KernelBase<V> {
       else if (dw33(p)) wgrad_dw33<2, T>(p, ch, x, dy, parts, ex);
       else if (p.Cg == 1 && p.Cog() < kLanes) wgrad_dw(p, ch, x, dy, parts, ex);
       else if (p.G == 1 && p.dw == 1 && p.Cg < TI && p.KW > 1) wgrad_joint(p, ch, x, dy, parts, ex);
-      else if (Base::kWideDw && p.Cog() >= WW * kLanes) {
+      else if (wide_dw(p)) {
         if (sub_runs(p, ch)) wgrad_dense_subruns<WI, WW>(p, ch, x, dy, parts, ex);
         else wgrad_dense<WI, WW>(p, ch, x, dy, parts, ex);
       } else if (sub_runs(p, ch)) {
