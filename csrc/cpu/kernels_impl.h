@@ -7,9 +7,10 @@
 #include "cpu/wgrad_impl.h"
 
 // The problems whose float16 x and dy the kernels read in place, widened per
-// vector as loaded (depthwise) or per block of pixels (1x1 GEMM): layers that
-// stream them from memory once, where widening them into a float copy of the
-// whole tensor first cost about as much as the kernel.
+// vector as loaded (depthwise 3x3), per unit of pixels (1x1 GEMM) or per chunk
+// (1x1 filter gradients past the shared cache): layers that stream them from
+// memory, where widening them into float copies of the whole tensors first
+// cost about as much as the kernel.
 template <class V>
 bool fprop_takes_half(const ConvProblem& p) {
   return WgradKernels<V>::dw33(p) || FpropKernels<V>::gemm(p);
