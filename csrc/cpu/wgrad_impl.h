@@ -385,10 +385,11 @@ struct WgradKernels : KernelBase<V> {
           widen(dy_, p_.OW, p_.Co, begin, n, dw_.get());
           k_ = k;
         }
-        // rows: past every position's row (flat_runs reads the n positions as one run).
+        // Last row `rows`: past every position's row, so flat_runs reads the n positions as one run and no
+        // row reaches the tail (none: it would lie past the buffer).
         const i64 xl = p_.W * p_.C, dl = p_.OW * p_.Co;
-        return ChunkView{Chunks{n, n, 1}, 0, Rows<T>{xw_.get(), xl, rows, xw_.get() + rows * xl},
-                         Rows<T>{dw_.get(), dl, rows, dw_.get() + rows * dl}};
+        return ChunkView{Chunks{n, n, 1}, 0, Rows<T>{xw_.get(), xl, rows, nullptr},
+                         Rows<T>{dw_.get(), dl, rows, nullptr}};
       }
     }
 
