@@ -399,11 +399,8 @@ struct FpropKernels : KernelBase<V> {
         for (i64 q = 0; q < MB; ++q) {
           const bool in = m0 + q < M;
           if constexpr (kWiden) {
-            if (in && widen) {  // vectors may run past the pixel (Rows' kPad); the next pixel overwrites them
-              const S* src = x.row(row) + col * p.C;
-              T* dst = xw.data() + q * p.C;
-              for (i64 c = 0; c < p.C; c += kLanes) V::store(dst + c, V::load(src + c));
-            }
+            // Stores past the pixel: the next pixel overwrites them (kPad after the last).
+            if (in && widen) widen_run(x.row(row) + col * p.C, xw.data() + q * p.C, p.C);
             px[q] = in ? xw.data() + q * p.C : zeros.data();
           } else {
             px[q] = in ? x.row(row) + col * p.C : zeros.data();
@@ -640,12 +637,9 @@ struct FpropKernels : KernelBase<V> {
     return true;
   }
 
-  // Depthwise-like (fprop_dw): lanes over output channels.
-  static bool depthwise(const ConvProblem& p) { return p.Cg == 1 && p.Cog() < kLanes; }
-
   // 1x1 problems that take the GEMM (fprop_gemm) in fprop below.
   static bool gemm(const ConvProblem& p) {
-    return !depthwise(p) && Base::flat_pixels(p) && p.G == 1 &&
+    return !Base::depthwise(p) && Base::flat_pixels(p) && p.G == 1 &&
            (wide_gemm(p) || Base::PG > Base::PF || p.filter_elems() * i64(sizeof(T)) > Base::kFilterL2Bytes);
   }
 
@@ -658,7 +652,7 @@ struct FpropKernels : KernelBase<V> {
 
   static void fprop(const ConvProblem& p, const Rows<T>& x, const T* f, const T* bias, const OutSpec& y,
                     const CpuExecutor& ex) {
-    if (depthwise(p)) {
+    if (Base::depthwise(p)) {
       if (!fprop_dw3<T>(p, x, f, bias, y, ex)) fprop_dw<PW, NV, 0>(p, x, f, bias, y, ex);
     } else if (gemm(p)) {
       // Where its register block is the larger one (AVX2: 6x2 against 4x2; batch 8, two threads, in one

@@ -101,6 +101,10 @@ struct KernelBase {
     return p.KH == 1 && p.KW == 1 && p.sh == 1 && p.sw == 1 && p.pt == 0 && p.pl == 0 && p.OH == p.H && p.OW == p.W;
   }
 
+  // Depthwise-like (Cg == 1, fewer output channels per group than lanes): the forward pass and filter
+  // gradient put lanes over output channels across groups (fprop_dw, wgrad_dw).
+  static bool depthwise(const ConvProblem& p) { return p.Cg == 1 && p.Cog() < kLanes; }
+
   // Whether out can take whole-vector non-temporal stores at every (n, d, h, w) pixel and every channel
   // offset that is a multiple of kLanes: its own accumulator type (or 16-bit values rounded from
   // float lanes), channels contiguous, and the base and pixel strides vector-aligned. Worth it once
@@ -411,6 +415,12 @@ struct KernelBase {
     }
     return out;
   }
+  // n values from src (T, or Half16 widened exactly) into dst, in whole vectors: the loads may run up
+  // to kLanes - 1 values past (Rows' kPad), and so may the stores (the caller's buffer has room for them).
+  template <class S>
+  static void widen_run(const S* src, T* dst, i64 n) {
+    for (i64 c = 0; c < n; c += kLanes) V::store(dst + c, V::load(src + c));
+  }
   template <class S>
   static Rows<S> rows_of(const std::vector<S>& v, i64 nrows, i64 len) {
     return Rows<S>{v.data(), len, nrows - 1, v.data() + (nrows - 1) * len};
@@ -470,5 +480,6 @@ struct KernelBase {
   using Base::fold_padded_run;            \
   using typename Base::InnerCounter;      \
   using Base::repeat_channels;            \
+  using Base::widen_run;                  \
   using Base::rows_of;                    \
   using typename Base::SlicePrefetch;

@@ -101,7 +101,9 @@ struct WgradKernels : KernelBase<V> {
     return in_shared_cache(p) ? 2 * i64(threads) : i64(threads);
   }
   // Whether x and dy (as accumulator values) stay in the shared cache: 16 MiB.
-  static bool in_shared_cache(const ConvProblem& p) { return p.R() * (p.C + p.Co) * i64(sizeof(T)) <= (i64(16) << 20); }
+  static bool in_shared_cache(const ConvProblem& p) { return p.R() * position_bytes(p) <= (i64(16) << 20); }
+  // The bytes of one position's x and dy values (one pixel each) as accumulator values.
+  static i64 position_bytes(const ConvProblem& p) { return (p.C + p.Co) * i64(sizeof(T)); }
 
   // Running sums where the parts' round trip through memory (P*F written,
   // then read by combine) costs more than the extra x and dy reads (every
@@ -399,11 +401,8 @@ struct WgradKernels : KernelBase<V> {
     static void widen(const Rows<S>& src, i64 W, i64 C, i64 begin, i64 n, T* dst) {
       for (i64 r = begin, end = begin + n; r < end;) {
         const i64 row = r / W, col = r % W, seg = std::min(end - r, W - col);
-        const S* s = src.row(row) + col * C;
-        T* d = dst + (r - begin) * C;
-        // Whole vectors: reads may run past the run (Rows' kPad), and so may the stores (the next run
-        // overwrites them, or the zeros below).
-        for (i64 c = 0; c < seg * C; c += kLanes) V::store(d + c, V::load(s + c));
+        // Stores past the run: the next run overwrites them, or the zeros below.
+        widen_run(src.row(row) + col * C, dst + (r - begin) * C, seg * C);
         r += seg;
       }
       std::fill(dst + n * C, dst + n * C + kPad, T(0));
@@ -509,7 +508,7 @@ struct WgradKernels : KernelBase<V> {
   // oracle where the reference would take minutes.
   static constexpr i64 kSubRunBytes = i64(1) << 20;
   static bool sub_runs(const ConvProblem& p, const Chunks& ch) {
-    return V::kSubRuns && !Base::flat_pixels(p) && ch.L * (p.C + p.Co) * i64(sizeof(T)) > kSubRunBytes;
+    return V::kSubRuns && !Base::flat_pixels(p) && ch.L * position_bytes(p) > kSubRunBytes;
   }
 
   // A sub-run's positions: at least kSubRun, and at least those whose x and
@@ -522,7 +521,7 @@ struct WgradKernels : KernelBase<V> {
   // 224 and 448 even, 896 slower. Pixels of 256+ channels keep 224.
   static constexpr i64 kSubRun = 224, kSubRunFill = i64(256) << 10;
   static i64 sub_run_len(const ConvProblem& p) {
-    return std::max(kSubRun, kSubRunFill / ((p.C + p.Co) * i64(sizeof(T))));
+    return std::max(kSubRun, kSubRunFill / position_bytes(p));
   }
 
   struct Seg { i64 n, oh, ow, len; };  // an output row segment: len positions from (n, oh, ow)
@@ -903,8 +902,8 @@ struct WgradKernels : KernelBase<V> {
   // widen every chunk again, and that cost more (AVX-512, batch 8, two threads: 1x1 14x14 1024->256,
   // 7x7 2048->512 0.92-0.95 -> 0.77-0.84 of our float32 speed; 1x1 56x56 0.64-0.79 -> 0.86-0.95).
   static bool flat_takes_half(const ConvProblem& p) {
-    return Base::flat_pixels(p) && p.G == 1 && !(p.Cg == 1 && p.Cog() < kLanes) && !in_shared_cache(p) &&
-           reduction_chunks(p.R(), p.filter_elems()).L * (p.C + p.Co) * i64(sizeof(T)) <= (i64(4) << 20);
+    return Base::flat_pixels(p) && p.G == 1 && !Base::depthwise(p) && !in_shared_cache(p) &&
+           reduction_chunks(p.R(), p.filter_elems()).L * position_bytes(p) <= (i64(4) << 20);
   }
 
   // Dense tiles of 64+ output channels per group take the ISA's wide tile.
@@ -925,7 +924,7 @@ struct WgradKernels : KernelBase<V> {
     wgrad_parts(p, dw, ex, [&](const Chunks& ch, const PartSink& parts) {
       if (dw33(p) && p.sw == 1) wgrad_dw33<1, T>(p, ch, x, dy, parts, ex);
       else if (dw33(p)) wgrad_dw33<2, T>(p, ch, x, dy, parts, ex);
-      else if (p.Cg == 1 && p.Cog() < kLanes) wgrad_dw(p, ch, x, dy, parts, ex);
+      else if (Base::depthwise(p)) wgrad_dw(p, ch, x, dy, parts, ex);
       else if (p.G == 1 && p.dw == 1 && p.Cg < TI && p.KW > 1) wgrad_joint(p, ch, x, dy, parts, ex);
       else if (wide_dw(p)) {
         if (sub_runs(p, ch)) wgrad_dense_subruns<WI, WW>(p, ch, x, dy, parts, ex);
