@@ -171,6 +171,21 @@ def test_wgrad_running_sums_and_parts(rng, isa):
                 assert_bits_equal(got, want, f"{isa} {dtype}/{accumulation} threads={t} dw")
 
 
+@pytest.mark.parametrize("dtype,accumulation", [("float32", None), ("float64", None), ("float16", "float16")])
+def test_wgrad_output_blocks_in_groups(rng, dtype, accumulation):
+    # A chunk's dy rows past 512 KiB (64 positions of 2200 channels, in every accumulation): the dense
+    # filter gradient sweeps its i-tiles over groups of o-blocks, not all of them (o_group in
+    # csrc/cpu/wgrad_impl.h), the last group one or more blocks short, x packed per (i-tile, group);
+    # running sums (one thread) and parts (two). Every ISA against one reference.
+    x, f, b, dy = _operands(rng, (1, 20, 32, 13), (1, 1, 13, 2200), 1, 1, "VALID", dtype, accumulation)
+    want = ref.conv2d_backprop_filter(x, dy, f.shape, 1, "VALID", accumulation=accumulation)
+    for isa in _isas():
+        with on_cpu_isa(K, isa):
+            for t in (1, 2):
+                got = K.conv2d_backprop_filter(x, dy, f.shape, 1, "VALID", accumulation=accumulation, threads=t)
+                assert_bits_equal(got, want, f"{isa} {dtype}/{accumulation} threads={t} dw")
+
+
 @pytest.mark.parametrize("isa", _isas())
 def test_joint_filter_gradient_tiles(rng, isa):
     # Few input channels and several kw: the filter gradient's tiles take

@@ -336,6 +336,20 @@ struct WgradKernels : KernelBase<V> {
   // Dense tiles pack x (pack_x, pack_segment) where this many o-blocks share it.
   static constexpr i64 kPackBlocks = 8;
 
+  // O-blocks per group in wgrad_dense: where one chunk's dy rows (L positions of all output channels)
+  // outgrow what L2 keeps beside x, every i-tile streamed all of them from L3 again (Xception's 1x1
+  // 728->728 at 19x19: 1 MB per chunk, 122 i-tiles). Grouped, the i-tiles sweep a group of o-blocks
+  // whose dy rows stay in L2, x packed once per (i-tile, group). The groups are as even as they can
+  // be: ceil(nb / groups) o-blocks each, the last group's missing ones units without work. One
+  // group (nb) where the whole chunk's dy fits.
+  static constexpr i64 kDyGroupBytes = i64(512) << 10;
+  static i64 o_group(const Chunks& ch, i64 nb, i64 bw) {
+    const i64 blk = ch.L * bw * i64(sizeof(T));
+    if (nb * blk <= kDyGroupBytes) return nb;
+    const i64 groups = ceil_div(nb * blk, kDyGroupBytes);
+    return ceil_div(nb, groups);
+  }
+
   // fn(std::integral_constant<int, NR>) with NR the rows a tile of NI folds
   // when only `live` of them are filter elements: a group's last tile of 2 or
   // 4 channels folds those alone instead of repeating its last row (64
@@ -424,43 +438,49 @@ struct WgradKernels : KernelBase<V> {
     constexpr int BW = kLanes * NW;
     const i64 cog = p.Cog(), nb = ceil_div(cog, BW);
     const i64 kwn = joint ? 1 : p.KW, ib = ceil_div(joint ? p.KW * p.Cg : p.Cg, NI);  // tiles per filter row: kwn * ib
-    const i64 tiles = p.G * nb * p.KH * kwn * ib;
     const bool flat = Base::flat_pixels(p);
     // Packing x costs about one unit's fmas; it pays where many o-blocks share
     // it (and joint tiles need it).
     const bool pack = nb >= kPackBlocks || joint;
+    const i64 og = pack ? o_group(ch, nb, BW) : nb, ng = ceil_div(nb, og);  // o-blocks per group, groups
+    const i64 tiles = p.G * ng * og * p.KH * kwn * ib;
     for_chunk_tiles(ch, tiles, ch.L * NI * BW, parts, ex, [&](i64 u0, i64 u1) {
       FpEnv guard;
       alignas(64) T tmp[kLanes];
-      std::vector<T> xpack(pack ? ch.L * NI : 0);  // this tile's x (b == 0 fills it)
+      std::vector<T> xpack(pack ? ch.L * NI : 0);  // this tile's x (bl == 0 fills it)
       TileRows<NI, joint> rows;
       ChunkReader<S> reader(p, ch, x, dy);
-      // Unit u = ((((k*G + g)*KH + kh)*kwn + kw)*ib + bi)*nb + b, decoded once and then counted
-      // up. Output-channel blocks innermost: one i-block's x values stay in L1 while the
-      // chunk's dy rows (all channels) stay in L2.
+      // Unit u = (((((k*G + g)*KH + kh)*kwn + kw)*ng + bg)*ib + bi)*og + bl, o-block b = bg*og + bl,
+      // decoded once and then counted up. Output-channel blocks innermost: one i-block's x values
+      // stay in L1 while the chunk's dy rows of the group's channels (o_group) stay in L2.
       i64 rem = u0;
-      i64 b = rem % nb; rem /= nb;
+      i64 bl = rem % og; rem /= og;
       i64 bi = rem % ib; rem /= ib;
+      i64 bg = rem % ng; rem /= ng;
       i64 kw = rem % kwn; rem /= kwn;
       i64 kh = rem % p.KH; rem /= p.KH;
       i64 g = rem % p.G, k = rem / p.G;
       for (i64 u = u0; u < u1; ++u) {
-        if (u > u0 && ++b == nb) {
-          b = 0;
+        if (u > u0 && ++bl == og) {
+          bl = 0;
           if (++bi == ib) {
             bi = 0;
-            if (++kw == kwn) {
-              kw = 0;
-              if (++kh == p.KH) {
-                kh = 0;
-                if (++g == p.G) { g = 0; ++k; }
+            if (++bg == ng) {
+              bg = 0;
+              if (++kw == kwn) {
+                kw = 0;
+                if (++kh == p.KH) {
+                  kh = 0;
+                  if (++g == p.G) { g = 0; ++k; }
+                }
               }
             }
           }
         }
-        const i64 i0 = bi * NI, o0 = g * cog + b * BW;
+        const i64 b = bg * og + bl, i0 = bi * NI, o0 = g * cog + b * BW;
+        if (b >= nb) continue;  // past the last group's o-blocks (bl > 0: no tile starts here)
         const ChunkView c = reader.at(k);
-        if (pack && (u == u0 || b == 0)) {  // a new tile: the o-blocks after it share its x
+        if (pack && (u == u0 || bl == 0)) {  // a new tile: the o-blocks after it share its x
           rows = TileRows<NI, joint>(p, kw, bi);
           pack_x<NI, joint>(p, c.ch, c.k, kh, rows, c.x, g * p.Cg, xpack.data());
         }
