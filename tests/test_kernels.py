@@ -186,6 +186,19 @@ def test_wgrad_output_blocks_in_groups(rng, dtype, accumulation):
                 assert_bits_equal(got, want, f"{isa} {dtype}/{accumulation} threads={t} dw")
 
 
+def test_wgrad_1x1_sub_runs(rng):
+    # A 1x1 filter gradient whose chunk holds past 1 MiB of x and dy (64 positions of 13 + 4200 channels):
+    # its tiles fold the chunk in sub-runs with their accumulators in memory between them (sub_runs in
+    # csrc/cpu/wgrad_impl.h), x packed per sub-run; running sums (one thread) and parts (two).
+    x, f, b, dy = _operands(rng, (1, 20, 32, 13), (1, 1, 13, 4200), 1, 1, "VALID", "float32", None)
+    want = ref.conv2d_backprop_filter(x, dy, f.shape, 1, "VALID")
+    for isa in _isas():
+        with on_cpu_isa(K, isa):
+            for t in (1, 2):
+                assert_bits_equal(K.conv2d_backprop_filter(x, dy, f.shape, 1, "VALID", threads=t), want,
+                                  f"{isa} threads={t} dw")
+
+
 @pytest.mark.parametrize("isa", _isas())
 def test_joint_filter_gradient_tiles(rng, isa):
     # Few input channels and several kw: the filter gradient's tiles take

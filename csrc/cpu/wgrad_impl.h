@@ -296,11 +296,16 @@ struct WgradKernels : KernelBase<V> {
   }
 
   // n positions of a tile's fold: x at xq (stride xstep), dy at d (stride Co).
-  template <int NI, int NW>
+  // PX: x read in place (flat_pixels), its positions C values apart, prefetched as dy is (1024 channels:
+  // a 4 KiB page per position, which the hardware prefetchers do not cross). Batch 32, two threads, in
+  // one process, ms: 1x1 14x14 1024->256 46.6 -> 34.5, 56x56 256->64 44.1 -> 39.9; batch 8: 56x56
+  // 256->64 7.48 -> 6.58, 64->256 and 14x14 even.
+  template <int NI, int NW, bool PX = false>
   static inline __attribute__((always_inline)) void fold_run(Vec (&a)[NI][NW], const T* xq, i64 xstep, const T* d,
                                                              i64 Co, i64 n) {
     for (i64 e = 0; e < n; ++e, xq += xstep, d += Co) {
       __builtin_prefetch(d + kAheadR * Co);
+      if constexpr (PX) __builtin_prefetch(xq + kAheadR * xstep);
       Vec dv[NW];
       for (int j = 0; j < NW; ++j) dv[j] = V::load(d + j * kLanes);
       for (int t = 0; t < NI; ++t) {
@@ -328,7 +333,7 @@ struct WgradKernels : KernelBase<V> {
       dy_runs(p, ch, k, dy, [&](i64 e0, const T* d, i64 n) { fold_run<NI, NW>(a, xpack + e0 * NI, NI, d + dyoff, p.Co, n); });
     else
       flat_runs(p, ch, k, x, dy,
-                [&](i64, const T* xr, const T* d, i64 n) { fold_run<NI, NW>(a, xr + xoff, p.C, d + dyoff, p.Co, n); });
+                [&](i64, const T* xr, const T* d, i64 n) { fold_run<NI, NW, true>(a, xr + xoff, p.C, d + dyoff, p.Co, n); });
     for (int t = 0; t < NI; ++t)
       for (int j = 0; j < NW; ++j) acc[t][j] = a[t][j];
   }
@@ -524,11 +529,16 @@ struct WgradKernels : KernelBase<V> {
   //   28x28 128->128 161 -> 123, C3D 128 -> 126; 3x3 28x28 256->256 42.0 ->
   //   41.3, 43.2 -> 41.8 (x packed per sub-run: unpacked, 48 ms; packing
   //   where 2 or 4 o-blocks share x instead, AVX-512: even or slower).
+  // 1x1 layers too (flat_pixels; their chunks grow with the batch), AVX-512,
+  // batch 32, alternating processes, first quartiles: 14x14 1024->256 36.4,
+  // 38.2 -> 30.1, 29.8; 7x7 2048->512 30.1, 41.3 -> 26.2, 26.1; 19x19
+  // 728->728 112, 106 -> 92, 99; batch 8, 19x19 728->728 (grouped o-blocks
+  // before, wgrad_dense): 28.7, 29.0, 26.5 -> 26.5, 25.9, 27.6.
   // The portable path keeps whole-chunk tiles (V::kSubRuns): the tests'
   // oracle where the reference would take minutes.
   static constexpr i64 kSubRunBytes = i64(1) << 20;
   static bool sub_runs(const ConvProblem& p, const Chunks& ch) {
-    return V::kSubRuns && !Base::flat_pixels(p) && ch.L * position_bytes(p) > kSubRunBytes;
+    return V::kSubRuns && ch.L * position_bytes(p) > kSubRunBytes;
   }
 
   // A sub-run's positions: at least kSubRun, and at least those whose x and
@@ -915,7 +925,7 @@ struct WgradKernels : KernelBase<V> {
     if (!running) combine(ch, F, parts.data(), dw, ex);
   }
 
-  // The 1x1, stride-1, unpadded, one-group problems that take wgrad_dense in wgrad below whose float16
+  // The 1x1, stride-1, unpadded, one-group problems that take wgrad_dense (not sub-runs) whose float16
   // x and dy are widened per chunk (ChunkReader): where float copies of them would not stay in the
   // shared cache (widened per chunk, they never reach memory), with chunks of at most 4 MiB of values
   // (the buffers, per thread). Where the copies stay in the cache, each share of the running sums would
