@@ -537,8 +537,20 @@ struct WgradKernels : KernelBase<V> {
   // The portable path keeps whole-chunk tiles (V::kSubRuns): the tests'
   // oracle where the reference would take minutes.
   static constexpr i64 kSubRunBytes = i64(1) << 20;
+  // 1x1 layers (flat_pixels) also where one output-channel block's dy rows in a chunk pass kDyBlockL1,
+  // in sub-runs of kFlatSubRun positions, whose 64-channel dy block (24 KiB) stays in L1 while the
+  // input-channel tiles sweep it. Batch 32, alternating, first quartiles, ms: 1x1 56x56 256->64 (392
+  // positions of 1.25 KB a chunk) 29.7 -> 22.9, 14x14 1024->256 28.8 -> 24.3; 224-position sub-runs
+  // 1024->256 30.0. Not a threshold on the chunk: batch 8's 14x14 1024->256 and 7x7 2048->512 (98
+  // positions, 25 KB blocks already in L1) slowed 6.3 -> 7.6 and 6.9 -> 8.6 with sub-runs.
+  static constexpr i64 kDyBlockL1 = i64(48) << 10, kFlatSubRun = 96;
+  static i64 dy_block_bytes(const ConvProblem& p, const Chunks& ch) {
+    const i64 bw = i64(kLanes) * (wide_dw(p) ? WW : NV);
+    return ch.L * std::min(p.Cog(), bw) * i64(sizeof(T));
+  }
   static bool sub_runs(const ConvProblem& p, const Chunks& ch) {
-    return V::kSubRuns && ch.L * position_bytes(p) > kSubRunBytes;
+    return V::kSubRuns && (ch.L * position_bytes(p) > kSubRunBytes ||
+                           (Base::flat_pixels(p) && dy_block_bytes(p, ch) > kDyBlockL1));
   }
 
   // A sub-run's positions: at least kSubRun, and at least those whose x and
@@ -551,6 +563,7 @@ struct WgradKernels : KernelBase<V> {
   // 224 and 448 even, 896 slower. Pixels of 256+ channels keep 224.
   static constexpr i64 kSubRun = 224, kSubRunFill = i64(256) << 10;
   static i64 sub_run_len(const ConvProblem& p) {
+    if (Base::flat_pixels(p)) return kFlatSubRun;
     return std::max(kSubRun, kSubRunFill / position_bytes(p));
   }
 
