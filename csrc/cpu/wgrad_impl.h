@@ -530,10 +530,12 @@ struct WgradKernels : KernelBase<V> {
   //   41.3, 43.2 -> 41.8 (x packed per sub-run: unpacked, 48 ms; packing
   //   where 2 or 4 o-blocks share x instead, AVX-512: even or slower).
   // 1x1 layers too (flat_pixels; their chunks grow with the batch), AVX-512,
-  // batch 32, alternating processes, first quartiles: 14x14 1024->256 36.4,
-  // 38.2 -> 30.1, 29.8; 7x7 2048->512 30.1, 41.3 -> 26.2, 26.1; 19x19
-  // 728->728 112, 106 -> 92, 99; batch 8, 19x19 728->728 (grouped o-blocks
-  // before, wgrad_dense): 28.7, 29.0, 26.5 -> 26.5, 25.9, 27.6.
+  // batch 32, alternating processes, first quartiles, measured with sub-runs
+  // of 224 positions (kFlatSubRun below took over since, even on these):
+  // 14x14 1024->256 36.4, 38.2 -> 30.1, 29.8; 7x7 2048->512 30.1, 41.3 ->
+  // 26.2, 26.1; 19x19 728->728 112, 106 -> 92, 99; batch 8, 19x19 728->728
+  // (grouped o-blocks before, wgrad_dense): 28.7, 29.0, 26.5 -> 26.5, 25.9,
+  // 27.6.
   // The portable path keeps whole-chunk tiles (V::kSubRuns): the tests'
   // oracle where the reference would take minutes.
   static constexpr i64 kSubRunBytes = i64(1) << 20;
