@@ -166,6 +166,20 @@ struct WgradKernels : KernelBase<V> {
     fold_padded_run<NI, NW>(a, dyr + hi * p.Co, p.Co, seg - hi);  // the run after
   }
 
+  // Chunk k's output row segments, r ascending: fn(n, oh, ow, seg) for seg positions from (n, oh, ow);
+  // one division for the chunk, none per segment.
+  template <class Fn>
+  static inline __attribute__((always_inline)) void row_segments(const ConvProblem& p, const Chunks& ch, i64 k,
+                                                                 Fn&& fn) {
+    i64 n, oh, ow;
+    split_r(p, ch.begin(k), n, oh, ow);
+    for (i64 r = ch.begin(k), end = ch.end(k); r < end; ow = 0, oh = oh + 1 == p.OH ? 0 : oh + 1, n += oh == 0) {
+      const i64 seg = std::min(end - r, p.OW - ow);
+      fn(n, oh, ow, seg);
+      r += seg;
+    }
+  }
+
   // The r loop of one dense dw tile, on private accumulators (see micro()),
   // one output row segment at a time.
   template <int NI, int NW>
@@ -178,13 +192,9 @@ struct WgradKernels : KernelBase<V> {
       for (int j = 0; j < NW; ++j) a[t][j] = V::zero();
     // r ascending; divisions for the chunk and the tap, none per segment.
     const i64 first_out = fprop_first_out(p, kw), end_out = fprop_end_out(p, kw);
-    i64 n, oh, ow;
-    split_r(p, ch.begin(k), n, oh, ow);
-    for (i64 r = ch.begin(k), end = ch.end(k); r < end; ow = 0, oh = oh + 1 == p.OH ? 0 : oh + 1, n += oh == 0) {
-      const i64 seg = std::min(end - r, p.OW - ow);
+    row_segments(p, ch, k, [&](i64 n, i64 oh, i64 ow, i64 seg) __attribute__((always_inline)) {
       fold_segment<NI, NW>(a, p, n, oh, ow, seg, kh, kw, first_out, end_out, x, xoff, dy, dyoff);
-      r += seg;
-    }
+    });
     for (int t = 0; t < NI; ++t)
       for (int j = 0; j < NW; ++j) acc[t][j] = a[t][j];
   }
@@ -260,13 +270,9 @@ struct WgradKernels : KernelBase<V> {
   template <int NI, bool joint>
   static void pack_x(const ConvProblem& p, const Chunks& ch, i64 k, i64 kh, const TileRows<NI, joint>& rows,
                      const Rows<T>& x, i64 xoff, T* xp) {
-    i64 n, oh, ow;
-    split_r(p, ch.begin(k), n, oh, ow);
-    for (i64 r = ch.begin(k), end = ch.end(k); r < end; ow = 0, oh = oh + 1 == p.OH ? 0 : oh + 1, n += oh == 0) {
-      const i64 seg = std::min(end - r, p.OW - ow);
+    row_segments(p, ch, k, [&](i64 n, i64 oh, i64 ow, i64 seg) {
       xp = pack_segment<NI, joint>(p, n, oh, ow, seg, kh, rows, x, xoff, xp);
-      r += seg;
-    }
+    });
   }
 
   // pack_x for one output row segment: seg positions from (n, oh, ow); returns the end of what it wrote.
@@ -630,13 +636,7 @@ struct WgradKernels : KernelBase<V> {
         const i64 t1 = std::min(u1 - k * tiles, (grp + 1) * row_tiles);
         if (seg_chunk != k) {  // chunk k's row segments, r ascending
           segs.clear();
-          i64 n, oh, ow;
-          split_r(p, ch.begin(k), n, oh, ow);
-          for (i64 r = ch.begin(k), end = ch.end(k); r < end; ow = 0, oh = oh + 1 == p.OH ? 0 : oh + 1, n += oh == 0) {
-            const i64 seg = std::min(end - r, p.OW - ow);
-            segs.push_back(Seg{n, oh, ow, seg});
-            r += seg;
-          }
+          row_segments(p, ch, k, [&](i64 n, i64 oh, i64 ow, i64 seg) { segs.push_back(Seg{n, oh, ow, seg}); });
           seg_chunk = k;
         }
         const i64 g = grp / p.KH, kh = grp % p.KH;
