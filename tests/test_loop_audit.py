@@ -1,0 +1,97 @@
+"""scripts/loop_audit.py: the loop finder on synthetic disassembly (fast), and the
+AVX-512 register blocks of the widest tiles compiled for real: their fold loops
+keep the accumulators in registers (needs a C++ compiler and objdump on x86-64;
+DETCONV_SKIP_LOOP_AUDIT=1 skips; about a minute)."""
+
+import importlib.util
+import os
+import platform
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "scripts" / "loop_audit.py"
+
+
+def _load():
+    name = "detconv_loop_audit"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses look the module up while it loads
+    spec.loader.exec_module(mod)
+    return mod
+
+
+la = _load()
+
+SYNTHETIC = """
+0000000000000000 <f(int)>:
+   0:\tpush   %rbp
+  10:\tvmovups (%rdx),%zmm1
+  16:\tvfmadd231ps %zmm1,%zmm2,%zmm3
+  1c:\tvfmadd231ps %zmm1,%zmm2,%zmm4
+  22:\tvmovaps %zmm4,0x40(%rsp)
+  2a:\tvmovaps 0x40(%rsp),%zmm4
+  32:\tjne    10 <f(int)+0x10>
+  34:\tvfmadd231ps 0x80(%rsp,%rax,4),%zmm2,%zmm5
+  3a:\tjl     10 <f(int)+0x10>
+  3c:\tret
+
+0000000000000040 <g()>:
+  40:\tvfnmadd231ps %zmm1,%zmm2,%zmm3
+  46:\tjmp    40 <g()>
+"""
+
+
+def test_loops_finds_innermost_loops_and_counts():
+    found = la.loops(SYNTHETIC)
+    # f's outer loop (10..3a) holds the inner one (10..32): only the inner one is innermost.
+    assert [(lp.function, lp.start, lp.end, lp.fmas, lp.stack) for lp in found] == [
+        ("f(int)", 0x10, 0x32, 2, 2),
+        ("g()", 0x40, 0x46, 1, 0),
+    ]
+    assert la.violations(found, min_fma=2, max_stack=1) == [found[0]]
+    assert la.violations(found, min_fma=2, max_stack=2) == []
+
+
+def test_flags_are_cmakes():
+    cmake = (ROOT / "CMakeLists.txt").read_text()
+    for flag in [f for f in la.COMMON_FLAGS if f not in ("-DNDEBUG", "-fPIC", "-std=gnu++17")]:
+        assert flag in cmake, flag
+    for flags in la.UNIT_FLAGS.values():
+        for flag in flags:
+            assert flag in cmake, flag
+
+
+def _can_compile():
+    return (platform.machine() in ("x86_64", "AMD64") and shutil.which("objdump")
+            and (os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")))
+
+
+# The widest AVX-512 float32 tiles and the fmas one step of their fold runs. Each fold loop may keep
+# one accumulator on the stack (28 + 4 filter or dy vectors + a broadcast is 33 of 32 registers): a
+# load and a store per step, and a little set-up.
+WIDE_TILES = {
+    "wgrad_dense<7, 4, true, float>": 28,   # stems' joint (kw, i) tiles
+    "wgrad_dense<6, 4, false, float>": 24,  # dense filter gradient, 64+ output channels
+    "fprop_1x1<7, 4, float>": 28,           # 1x1 GEMM (forward and input gradient)
+}
+MAX_STACK = 4
+
+
+@pytest.mark.skipif(os.environ.get("DETCONV_SKIP_LOOP_AUDIT") == "1", reason="DETCONV_SKIP_LOOP_AUDIT=1")
+@pytest.mark.skipif(not _can_compile(), reason="needs x86-64, a C++ compiler and objdump")
+def test_avx512_wide_tiles_keep_accumulators_in_registers(tmp_path):
+    found = la.loops(la.disassemble(la.compile_unit("avx512", tmp_path)))
+    for name, fmas in WIDE_TILES.items():
+        pat = re.compile(r"(^|::)" + re.escape(name) + r"\(")
+        folds = [lp for lp in found if pat.search(lp.function) and lp.fmas >= fmas]
+        assert folds, f"no fold loop of {fmas}+ fmas found in {name}"
+        spilled = [(hex(lp.start), lp.fmas, lp.stack) for lp in folds if lp.stack > MAX_STACK]
+        assert not spilled, f"{name}: fold loops with more than {MAX_STACK} stack accesses: {spilled}"
