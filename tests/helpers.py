@@ -1,6 +1,9 @@
 """Shared helpers for the TensorFlow op tests."""
 
 import contextlib
+import importlib.util
+import sys
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -47,3 +50,15 @@ def on_cpu_isa(mod, isa):
         yield
     finally:
         mod.set_cpu_isa(before)
+
+
+def load_script(filename, module_name):
+    """scripts/<filename> imported as a module (the scripts are not a package)."""
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    path = Path(__file__).resolve().parent.parent / "scripts" / filename
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = mod  # dataclasses look the module up while it loads
+    spec.loader.exec_module(mod)
+    return mod

@@ -3,32 +3,17 @@ AVX-512 register blocks of the widest tiles compiled for real: their fold loops
 keep the accumulators in registers (needs a C++ compiler and objdump on x86-64;
 DETCONV_SKIP_LOOP_AUDIT=1 skips; about a minute)."""
 
-import importlib.util
 import os
 import platform
 import re
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "scripts" / "loop_audit.py"
-
-
-def _load():
-    name = "detconv_loop_audit"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclasses look the module up while it loads
-    spec.loader.exec_module(mod)
-    return mod
-
-
-la = _load()
+la = load_script("loop_audit.py", "detconv_loop_audit")
 
 SYNTHETIC = """
 0000000000000000 <f(int)>:

@@ -5,7 +5,6 @@ cuobjdump + nvdisasm, e.g. from the nvidia-cuda-cuobjdump and
 nvidia-cuda-nvdisasm wheels; skips without them, or with
 DETCONV_SKIP_SASS_AUDIT=1)."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -13,23 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "sass_audit.py"
-
-
-def _load():
-    name = "detconv_sass_audit"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclasses look the module up while it loads
-    spec.loader.exec_module(mod)
-    return mod
-
-
-sa = _load()
+sa = load_script("sass_audit.py", "detconv_sass_audit")
 
 
 def flagged(*lines):
