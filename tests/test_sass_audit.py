@@ -5,6 +5,7 @@ cuobjdump + nvdisasm, e.g. from the nvidia-cuda-cuobjdump and
 nvidia-cuda-nvdisasm wheels; skips without them, or with
 DETCONV_SKIP_SASS_AUDIT=1)."""
 
+import importlib.util
 import json
 import os
 import subprocess
