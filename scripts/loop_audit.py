@@ -78,10 +78,10 @@ def loops(disasm):
         index = {a: i for i, a in enumerate(addrs)}
         back = []  # (first index, jump index)
         for i, (a, op, args) in enumerate(insns):
-            if op.startswith("j"):
-                m = re.match(r"([0-9a-f]+)\b", args)
-                if m and int(m.group(1), 16) < a and int(m.group(1), 16) in index:
-                    back.append((index[int(m.group(1), 16)], i))
+            m = re.match(r"([0-9a-f]+)\b", args) if op.startswith("j") else None
+            target = int(m.group(1), 16) if m else None
+            if target is not None and target < a and target in index:
+                back.append((index[target], i))
         for s, e in back:
             if any(s <= s2 and e2 <= e and (s2, e2) != (s, e) for s2, e2 in back):
                 continue  # holds a loop of its own: not innermost

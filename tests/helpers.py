@@ -1,4 +1,4 @@
-"""Shared helpers for the TensorFlow op tests."""
+"""Shared helpers for the tests: random data, layouts, ISA switching, scripts/ as modules."""
 
 import contextlib
 import importlib.util
