@@ -1,4 +1,7 @@
-"""Times detconv against tf.nn on ResNet-50, MobileNet, Xception (separable) and C3D (3-D) layer shapes (CPU).
+"""Times detconv against tf.nn on the layer shapes of common networks (CPU).
+
+Layers of ResNet-50, MobileNet, EfficientNet (5x5 depthwise), ConvNeXt (7x7 depthwise), Xception
+(separable) and C3D (3-D).
 
 Both run in this one process with the same intra-op thread count: forward,
 input gradient and filter gradient, each timed as the median of several runs
@@ -39,6 +42,8 @@ LAYERS = (
     ("dw3x3 112 32", 112, 32, 32, 3, 1, "dw"),
     ("dw3x3/2 112 96", 112, 96, 96, 3, 2, "dw"),
     ("dw3x3 56 144", 56, 144, 144, 3, 1, "dw"),
+    ("dw5x5 28 240", 28, 240, 240, 5, 1, "dw"),              # EfficientNet-B0 stage 4
+    ("dw7x7 56 96", 56, 96, 96, 7, 1, "dw"),                 # ConvNeXt-T stage 1
     ("sep3x3 19 728->728", 19, 728, 728, 3, 1, "sep"),       # Xception middle flow
     ("3d 3x3x3 16x56 64->64 b2", 56, 64, 64, 3, 1, "3d"),   # C3D / I3D block: depth 16, batch 2
 )

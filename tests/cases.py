@@ -72,12 +72,22 @@ CASES_2D_KERNELS = [
     # last unit of one (stride 2, 48 channels) and of one partial vector (stride 1, 20 channels: above).
     ("stem-wide-joint", (2, 17, 21, 3), (7, 7, 3, 70), 2, 1, "SAME"),
     ("dw3-s2-pairs-c48", (2, 9, 20, 48), (3, 3, 1, 48), 2, 1, "SAME"),
+    # Depthwise 5- and 7-wide filters in the column-sweep blocks (forward and input gradient): interior
+    # blocks and clipped row ends, rows shorter than a block, padding past several columns, both strides,
+    # and a channel multiplier (the forward's repeated channels).
+    ("dw5-s1-same-rows-of-21", (2, 6, 21, 20), (5, 5, 1, 20), 1, 1, "SAME"),  # 8-pixel blocks: 0, 8, 13
+    ("dw7-pads-short-rows", (1, 9, 6, 18), (7, 7, 1, 18), 1, 1, ((3, 2), (4, 5))),
+    ("dw5-s2-same", (2, 7, 27, 17), (5, 5, 1, 17), 2, 1, "SAME"),
+    ("dw7-s2-valid-30", (1, 9, 30, 16), (7, 7, 1, 16), 2, 1, "VALID"),
+    ("dw5-s21-explicit", (1, 8, 26, 12), (5, 5, 1, 12), (2, 1), 1, ((1, 3), (0, 4))),
+    ("dw5-m2", (1, 6, 19, 6), (5, 5, 1, 12), 1, 1, "SAME"),
 ]
 
 # Layers whose float16 x and dy the CPU kernels read in place (fprop_takes_half and its siblings in
 # csrc/cpu/kernels_impl.h). Depthwise 3x3, widened per vector: strides 1 and 2, interior and border
 # blocks, rows that end mid-vector, channels that end mid-vector, explicit and one-sided padding (7
-# channels: the input gradient's pixel lanes on AVX-512, through a float copy). 1x1 GEMM forward and
+# channels: the input gradient's pixel lanes on AVX-512, through a float copy); input gradients of 5-
+# and 7-wide depthwise filters (their forward passes and filter gradients convert). 1x1 GEMM forward and
 # input gradient, widened per block of pixels: pixels of 124 channels (vectors past each pixel), and
 # folds past one 32 KiB filter chunk (200 input, 192 output channels) with a last block past the pixels.
 # (1x1 filter gradients widened per chunk: test_kernels.py, a layer past 16 MiB of float x and dy.)
@@ -87,6 +97,8 @@ CASES_HALF_DIRECT = [
     ("dw3-s1-valid-c7", (1, 5, 19, 7), (3, 3, 1, 7), 1, 1, "VALID"),
     ("dw3-s21-explicit", (2, 8, 26, 18), (3, 3, 1, 18), (2, 1), 1, ((1, 2), (2, 0))),
     ("dw3-s12-d2rows", (1, 9, 23, 16), (3, 3, 1, 16), (1, 2), (2, 1), "SAME"),
+    ("dw5-s1-same", (1, 6, 23, 20), (5, 5, 1, 20), 1, 1, "SAME"),  # input gradient: 5- and 7-wide sweeps
+    ("dw7-s2-same", (1, 7, 29, 18), (7, 7, 1, 18), 2, 1, "SAME"),
     ("1x1-gemm-c124", (1, 3, 7, 124), (1, 1, 124, 124), 1, 1, "VALID"),
     ("1x1-gemm-chunks", (2, 3, 11, 200), (1, 1, 200, 192), 1, 1, "SAME"),
 ]
@@ -98,6 +110,7 @@ CASES_3D = [
     ("dilated-explicit", (2, 6, 5, 6, 4), (3, 3, 2, 4, 5), 1, (2, 1, 2), ((1, 2), (0, 1), (2, 0))),
     ("groups2", (1, 5, 6, 6, 8), (2, 3, 3, 4, 6), (1, 2, 1), 1, "SAME"),
     ("depthwise-s2", (2, 5, 5, 5, 6), (3, 3, 3, 1, 6), 2, 1, "SAME"),
+    ("depthwise-5wide", (1, 4, 5, 13, 6), (3, 3, 5, 1, 6), 1, 1, "SAME"),  # the forward's 5-wide column sweeps
     ("pointwise", (2, 3, 4, 5, 12), (1, 1, 1, 12, 10), 1, 1, "VALID"),
     ("temporal-only", (1, 8, 3, 4, 5), (4, 1, 1, 5, 3), (2, 1, 1), (1, 1, 1), ((2, 1), (0, 0), (0, 0))),
     ("wide-rows", (1, 3, 4, 23, 16), (3, 3, 3, 16, 16), 1, 1, "SAME"),

@@ -294,14 +294,14 @@ struct DgradKernels : KernelBase<V> {
       for (int j = 0; j < NW; ++j) acc[q][j] = a[q][j];
   }
 
-  // The dy columns a dgrad_dw3_block<NP, NW, SW> reads: [lo, hi] relative to (iw0 + pl) / SW.
-  template <int NP, int SW>
-  struct Dw3Cols {
-    static constexpr int lo = -(2 / SW), hi = (NP - 1) / SW;
+  // The dy columns a dgrad_dw_sweep_block<NP, NW, SW, KW> reads: [lo, hi] relative to (iw0 + pl) / SW.
+  template <int NP, int SW, int KW>
+  struct SweepCols {
+    static constexpr int lo = -((KW - 1) / SW), hi = (NP - 1) / SW;
   };
 
-  // Depthwise dx block for 3-wide filters, stride SW (1 or 2), one output
-  // channel per group, NW vectors: NP consecutive pixels iw0 + q with
+  // Depthwise dx column-sweep block for KW-wide filters (dw_sweep_width), stride SW (1 or 2), one
+  // output channel per group, NW vectors: NP consecutive pixels iw0 + q with
   // r = iw0 + pl a multiple of SW. Pixel q meets dy column r/SW + k where
   // q - kw = k*SW; sweeping k downwards gives each pixel its taps in kw
   // order, and each dy column is loaded once per row. Interior blocks read
@@ -314,11 +314,11 @@ struct DgradKernels : KernelBase<V> {
   // builds in alternating processes, ms): 3x3 19x19x728 3.35, 3.49 -> 1.78,
   // 1.73; 112x112x32 2.70, 2.63 -> 2.10, 2.38; 56x56x144 3.44, 3.37 ->
   // 2.95, 2.54; 3x3/2 112x112x96 4.56, 4.82 -> 4.11, 4.38.
-  template <int NP, int NW, int SW, class S, bool kClip = false>
-  static inline __attribute__((always_inline)) void dgrad_dw3_block(Vec (&acc)[NP][NW], const ConvProblem& p,
-                                                                    const S* const* rows, const T* wt, i64 cp, i64 iw0,
-                                                                    i64 c0) {
-    constexpr int KMIN = Dw3Cols<NP, SW>::lo, KMAX = Dw3Cols<NP, SW>::hi;
+  template <int NP, int NW, int SW, int KW, class S, bool kClip = false>
+  static inline __attribute__((always_inline)) void dgrad_dw_sweep_block(Vec (&acc)[NP][NW], const ConvProblem& p,
+                                                                         const S* const* rows, const T* wt, i64 cp,
+                                                                         i64 iw0, i64 c0) {
+    constexpr int KMIN = SweepCols<NP, SW, KW>::lo, KMAX = SweepCols<NP, SW, KW>::hi;
     Vec a[NP][NW];
     for (int q = 0; q < NP; ++q)
       for (int j = 0; j < NW; ++j) a[q][j] = V::zero();
@@ -326,17 +326,17 @@ struct DgradKernels : KernelBase<V> {
       if (!rows[kh]) continue;
       const i64 col = (iw0 + p.pl) / SW;  // the dy column of k = 0
       const S* d0 = rows[kh] + col * p.C + c0;
-      Vec fv[3][NW];
-      for (int kw = 0; kw < 3; ++kw)
-        for (int j = 0; j < NW; ++j) fv[kw][j] = V::load(wt + (kh * 3 + kw) * cp + c0 + j * kLanes);
+      Vec fv[KW][NW];
+      for (int kw = 0; kw < KW; ++kw)
+        for (int j = 0; j < NW; ++j) fv[kw][j] = V::load(wt + (kh * KW + kw) * cp + c0 + j * kLanes);
 #pragma GCC unroll 64
       for (int k = KMAX; k >= KMIN; --k) {
         if constexpr (kClip)
           if (col + k < 0 || col + k >= p.OW) continue;
         for (int j = 0; j < NW; ++j) {
           const Vec dv = V::load(d0 + k * p.C + j * kLanes);
-#pragma GCC unroll 3
-          for (int kw = 0; kw < 3; ++kw) {
+#pragma GCC unroll 7
+          for (int kw = 0; kw < KW; ++kw) {
             const int q = k * SW + kw;
             if (q >= 0 && q < NP) a[q][j] = V::fma(dv, fv[kw][j], a[q][j]);
           }
@@ -352,15 +352,15 @@ struct DgradKernels : KernelBase<V> {
   // one input row: its dy rows are found once, then blocks of NP pixels of
   // each stride phase (the last one moved back to end at the phase's last
   // pixel, as PixelBlocks with NMIN == NP) times NW vectors of channels, channel
-  // blocks innermost. SW3 = 1: every block takes dgrad_dw3_block<1> (clipped
+  // blocks innermost. SW3 = 1: every block takes dgrad_dw_sweep_block<1> for KW-wide filters (clipped
   // at the row's ends); SW3 = 2: blocks of NP consecutive pixels (both
-  // phases) take dgrad_dw3_block<2> (clipped where they reach past the row),
+  // phases) take dgrad_dw_sweep_block<2> (clipped where they reach past the row),
   // the pixels before the first and after the last such block one at a time.
   // Measured (AVX2, one thread, batch 8): 3x3 112x112x32 3.85 -> 3.30 ms,
   // 3x3/2 112x112x96 13.2 -> 11.2 ms against units of one block each, whose
   // index divisions cost more than their 72 fmas.
-  // S: dy's element type (Half16, widened as loaded, only with one output channel per group: see dw3).
-  template <int NP, int NW, int SW3, class S = T>
+  // S: dy's element type (Half16, widened as loaded, only with one output channel per group: see dw_sweep).
+  template <int NP, int NW, int SW3, class S = T, int KW = 3>
   static void dgrad_dw(const ConvProblem& p, const Rows<S>& dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
     constexpr int BD = kLanes * NW;
     const i64 cog = p.Cog(), nb = ceil_div(p.C, BD), cp = nb * BD, khw = p.KH * p.KW;
@@ -425,13 +425,13 @@ struct DgradKernels : KernelBase<V> {
             for (i64 b = 0; b < nb; ++b) single(iw, b * BD);
           for (; iw + NP <= p.W; iw += NP, ++blk) {
             const i64 r = (iw + p.pl) / 2;
-            const bool fast = r + Dw3Cols<NP, 2>::lo >= 0 && r + Dw3Cols<NP, 2>::hi < p.OW;
+            const bool fast = r + SweepCols<NP, 2, KW>::lo >= 0 && r + SweepCols<NP, 2, KW>::hi < p.OW;
             for (i64 b = 0; b < nb; ++b) {
               const i64 c0 = b * BD;
               if (next) prefetch(next, blk * nb + b);
               Vec acc[NP][NW];
-              if (fast) dgrad_dw3_block<NP, NW, 2, S>(acc, p, rows.data(), wt.data(), cp, iw, c0);
-              else dgrad_dw3_block<NP, NW, 2, S, true>(acc, p, rows.data(), wt.data(), cp, iw, c0);
+              if (fast) dgrad_dw_sweep_block<NP, NW, 2, KW, S>(acc, p, rows.data(), wt.data(), cp, iw, c0);
+              else dgrad_dw_sweep_block<NP, NW, 2, KW, S, true>(acc, p, rows.data(), wt.data(), cp, iw, c0);
               for (int q = 0; q < NP; ++q)
                 for (int j = 0; j < NW; ++j) put(acc[q][j], iw + q, c0 + j * kLanes);
             }
@@ -458,10 +458,10 @@ struct DgradKernels : KernelBase<V> {
               Vec acc[NP][NW];
               if constexpr (SW3 == 1) {  // stride 1: iw = k0 + q
                 const i64 r = k0 + p.pl;
-                if (real == NP && r + Dw3Cols<NP, 1>::lo >= 0 && r + Dw3Cols<NP, 1>::hi < p.OW)
-                  dgrad_dw3_block<NP, NW, 1, S>(acc, p, rows.data(), wt.data(), cp, k0, c0);
+                if (real == NP && r + SweepCols<NP, 1, KW>::lo >= 0 && r + SweepCols<NP, 1, KW>::hi < p.OW)
+                  dgrad_dw_sweep_block<NP, NW, 1, KW, S>(acc, p, rows.data(), wt.data(), cp, k0, c0);
                 else
-                  dgrad_dw3_block<NP, NW, 1, S, true>(acc, p, rows.data(), wt.data(), cp, k0, c0);
+                  dgrad_dw_sweep_block<NP, NW, 1, KW, S, true>(acc, p, rows.data(), wt.data(), cp, k0, c0);
               } else if (real == NP && k0 + lo[ph] >= 0 && k0 + NP - 1 + hi[ph] < p.OW) {
                 dgrad_dw_block<NP, NW, true, S>(acc, p, rows.data(), cols, wt.data(), cp, k0, real, c0, zeros.data());
               } else {
@@ -624,15 +624,24 @@ struct DgradKernels : KernelBase<V> {
     return p.Cg <= 4 && p.Cg * 2 <= kLanes && (p.Cg > 1 || p.C * 2 <= kLanes);
   }
 
-  // 2-D depthwise with 3-wide filters of width stride 1 or 2, one output channel per group: dgrad_dw3_block's units.
-  static bool dw3(const ConvProblem& p) {
-    return !pixel_lanes(p) && p.Cg == 1 && p.Cog() == 1 && p.KW == 3 && p.dw == 1 && (p.sw == 1 || p.sw == 2);
+  // 2-D depthwise with filters of a dw_sweep_width, width stride 1 or 2, one output channel per group:
+  // dgrad_dw_sweep_block's units. 5- and 7-wide filters took the per-tap blocks (dgrad_dw_block: a load
+  // per fma) before; against them, batch 8, two threads, in one process, medians, ms: AVX-512 5x5/2
+  // 56x56x144 3.39 -> 2.69, 5x5 28x28x240 2.43 -> 1.48, 14x14x672 2.30 -> 1.09, 7x7 56x56x96 5.71 ->
+  // 2.84; AVX2 4.86 -> 3.95, 3.45 -> 2.15, 3.12 -> 2.86, 7.31 -> 3.78.
+  static bool dw_sweep(const ConvProblem& p) {
+    return !pixel_lanes(p) && p.Cg == 1 && p.Cog() == 1 && dw_sweep_width(p.KW) && p.dw == 1 &&
+           (p.sw == 1 || p.sw == 2);
   }
 
   template <class S>
-  static void dgrad_dw3(const ConvProblem& p, const Rows<S>& dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
-    if (p.sw == 1) dgrad_dw<8 / DW3W, DW3W, 1, S>(p, dy, f, dx, ex);
-    else dgrad_dw<8 / DW3W, DW3W, 2, S>(p, dy, f, dx, ex);
+  static void dgrad_dw_sweep(const ConvProblem& p, const Rows<S>& dy, const T* f, const OutSpec& dx,
+                             const CpuExecutor& ex) {
+    with_dw_sweep_width(p.KW, [&](auto kw_c) {
+      constexpr int KW = decltype(kw_c)::value, NW = dw_sweep_vectors(KW);
+      if (p.sw == 1) dgrad_dw<8 / NW, NW, 1, S, KW>(p, dy, f, dx, ex);
+      else dgrad_dw<8 / NW, NW, 2, S, KW>(p, dy, f, dx, ex);
+    });
   }
 
   // A 1x1, stride-1, unpadded, one-group dx is the forward pass of dy with
@@ -657,11 +666,11 @@ struct DgradKernels : KernelBase<V> {
   }
 
   // float16 dy read in place (converting dy into a float copy first put the depthwise input gradients at
-  // 0.57-0.68 of our float32 speed): dgrad_takes_half (kernels_impl.h) chose this problem, dw3 or gemm.
+  // 0.57-0.68 of our float32 speed): dgrad_takes_half (kernels_impl.h) chose this problem, dw_sweep or gemm.
   static void dgrad_half(const ConvProblem& p, const Rows<Half16>& dy, const T* f, const OutSpec& dx,
                          const CpuExecutor& ex) {
     if (gemm(p)) dgrad_gemm<Half16>(p, dy, f, dx, ex);
-    else dgrad_dw3<Half16>(p, dy, f, dx, ex);
+    else dgrad_dw_sweep<Half16>(p, dy, f, dx, ex);
   }
 
   static void dgrad(const ConvProblem& p, const Rows<T>& dy, const T* f, const OutSpec& dx, const CpuExecutor& ex) {
@@ -679,8 +688,8 @@ struct DgradKernels : KernelBase<V> {
         default: dgrad_pix<4, 3>(p, dy, f, dx, ex); return;
       }
     }
-    if (dw3(p)) {
-      dgrad_dw3<T>(p, dy, f, dx, ex);
+    if (dw_sweep(p)) {
+      dgrad_dw_sweep<T>(p, dy, f, dx, ex);
       return;
     }
     if (p.Cg == 1) {

@@ -513,22 +513,20 @@ struct FpropKernels : KernelBase<V> {
       for (int j = 0; j < NW; ++j) acc[q][j] = a[q][j];
   }
 
-  // Depthwise block for 3-wide filters (no width dilation), stride SW, one
-  // vector of channels: each input column is loaded once per row kh and used
-  // by every output that meets it. Output q meets column c = q*SW + kw, so
-  // sweeping c upwards still gives each output its taps in kw order.
-  // Interior blocks read every column; kClip blocks (a row's ends) read the
-  // columns inside the row and fold +0 for the others, the padded
-  // taps' fmas (outputs past the row fold something, never stored). Against
-  // the per-pixel block that row ends took before (AVX-512, batch 8, two
-  // threads, old and new builds in alternating processes, ms): 3x3 19x19x728
-  // 2.47, 2.53 -> 1.99, 1.88; 112x112x32 2.37, 2.75 -> 2.22, 2.28; 56x56x144
-  // 3.37, 3.07 -> 2.36, 2.63; 3x3/2 112x112x96 3.04, 3.65 -> 2.94, 2.82.
-  template <int NP, int NW, int SW, class S, bool kClip = false>
-  static inline __attribute__((always_inline)) void fprop_dw3_block(Vec (&acc)[NP][NW], const ConvProblem& p,
-                                                                    const Rows<S>& x, i64 xs, const T* wp, i64 cop,
-                                                                    const S* zeros, i64 n, i64 oh, i64 ow0, i64 o0) {
-    constexpr int NC = (NP - 1) * SW + 3;
+  // Depthwise column-sweep block for KW-wide filters (3, 5 or 7: dw_sweep_width; no width dilation),
+  // stride SW: each input column is loaded once per row kh and used by every output that meets it.
+  // Output q meets column c = q*SW + kw, so sweeping c upwards still gives each output its taps in kw
+  // order. Interior blocks read every column; kClip blocks (a row's ends) read the columns inside the
+  // row and fold +0 for the others, the padded taps' fmas (outputs past the row fold something, never
+  // stored). Against the per-pixel block that row ends took before (AVX-512, batch 8, two threads, old
+  // and new builds in alternating processes, ms): 3x3 19x19x728 2.47, 2.53 -> 1.99, 1.88; 112x112x32
+  // 2.37, 2.75 -> 2.22, 2.28; 56x56x144 3.37, 3.07 -> 2.36, 2.63; 3x3/2 112x112x96 3.04, 3.65 -> 2.94, 2.82.
+  template <int NP, int NW, int SW, int KW, class S, bool kClip = false>
+  static inline __attribute__((always_inline)) void fprop_dw_sweep_block(Vec (&acc)[NP][NW], const ConvProblem& p,
+                                                                         const Rows<S>& x, i64 xs, const T* wp, i64 cop,
+                                                                         const S* zeros, i64 n, i64 oh, i64 ow0,
+                                                                         i64 o0) {
+    constexpr int NC = (NP - 1) * SW + KW;
     Vec a[NP][NW];
     for (int q = 0; q < NP; ++q)
       for (int j = 0; j < NW; ++j) a[q][j] = V::zero();
@@ -539,9 +537,9 @@ struct FpropKernels : KernelBase<V> {
       const S* xr = row_in ? x.row(n * p.H + ih) + o0 : zeros;
       const i64 col0 = fprop_in_col(p, ow0, 0), cs = row_in ? xs : 0;  // c = 0's input column
       const S* x0 = xr + (kClip ? 0 : col0 * cs);  // (clipped: formed for columns inside the row only)
-      Vec fv[3][NW];
-      for (int kw = 0; kw < 3; ++kw)
-        for (int j = 0; j < NW; ++j) fv[kw][j] = V::load(wp + (kh * 3 + kw) * cop + o0 + j * kLanes);
+      Vec fv[KW][NW];
+      for (int kw = 0; kw < KW; ++kw)
+        for (int j = 0; j < NW; ++j) fv[kw][j] = V::load(wp + (kh * KW + kw) * cop + o0 + j * kLanes);
 #pragma GCC unroll 64
       for (int c = 0; c < NC; ++c) {
         for (int j = 0; j < NW; ++j) {
@@ -552,8 +550,8 @@ struct FpropKernels : KernelBase<V> {
           } else {
             xv = V::load(x0 + c * cs + j * kLanes);
           }
-#pragma GCC unroll 3
-          for (int kw = 0; kw < 3; ++kw) {
+#pragma GCC unroll 7
+          for (int kw = 0; kw < KW; ++kw) {
             const int d = c - kw;
             if (d >= 0 && d % SW == 0 && d / SW < NP) a[d / SW][j] = V::fma(xv, fv[kw][j], a[d / SW][j]);
           }
@@ -566,9 +564,9 @@ struct FpropKernels : KernelBase<V> {
 
   // Depthwise-like (Cg == 1): lanes over output channels across groups; lane o
   // reads input channel o / cog. Each fold is over (kh, kw) only. Blocks of
-  // NW vectors; SW > 0: every block takes fprop_dw3_block (clipped at the row's ends).
-  // S: x's element type (Half16 only with cog == 1: see fprop_takes_half).
-  template <int NP, int NW, int SW, class S = T>
+  // NW vectors; SW > 0: every block takes fprop_dw_sweep_block for KW-wide filters (clipped at the
+  // row's ends). S: x's element type (Half16 only with cog == 1: see fprop_takes_half).
+  template <int NP, int NW, int SW, class S = T, int KW = 3>
   static void fprop_dw(const ConvProblem& p, const Rows<S>& x, const T* f, const T* bias, const OutSpec& y,
                        const CpuExecutor& ex) {
     constexpr int BD = kLanes * NW;
@@ -610,8 +608,9 @@ struct FpropKernels : KernelBase<V> {
                               fprop_in_col(p, ow0 + NP - 1, p.KW - 1) < p.W;
         Vec acc[NP][NW];
         if constexpr (SW > 0) {
-          if (interior) fprop_dw3_block<NP, NW, SW, S>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0);
-          else fprop_dw3_block<NP, NW, SW, S, true>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0);
+          const T* w = wp.data();
+          if (interior) fprop_dw_sweep_block<NP, NW, SW, KW, S>(acc, p, xin, p.Co, w, cop, zeros.data(), n, oh, ow0, o0);
+          else fprop_dw_sweep_block<NP, NW, SW, KW, S, true>(acc, p, xin, p.Co, w, cop, zeros.data(), n, oh, ow0, o0);
         } else {
           fprop_dw_block<NP, NW, S>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0, interior);
         }
@@ -627,13 +626,20 @@ struct FpropKernels : KernelBase<V> {
     });
   }
 
-  // Depthwise 3-wide filters of width stride 1 or 2: blocks of fprop_dw3_block.
+  // Depthwise filters of a dw_sweep_width, width stride 1 or 2: blocks of fprop_dw_sweep_block (8 or 6
+  // pixels). 5- and 7-wide filters took the per-pixel block (fprop_dw_block: a load per fma) before;
+  // against it, batch 8, two threads, in one process, medians, ms: AVX-512 5x5/2 56x56x144 1.92 ->
+  // 1.73, 5x5 28x28x240 2.42 -> 1.83, 14x14x672 1.76 -> 1.20, 7x7 56x56x96 5.03 -> 2.63; AVX2 2.56 ->
+  // 2.37, 3.31 -> 3.09, 2.79 -> 2.05, 7.93 -> 5.17.
   template <class S>
-  static bool fprop_dw3(const ConvProblem& p, const Rows<S>& x, const T* f, const T* bias, const OutSpec& y,
-                        const CpuExecutor& ex) {
-    if (p.KW != 3 || p.dw != 1 || (p.sw != 1 && p.sw != 2)) return false;
-    if (p.sw == 1) fprop_dw<8 / DW3W, DW3W, 1, S>(p, x, f, bias, y, ex);
-    else fprop_dw<6 / DW3W, DW3W, 2, S>(p, x, f, bias, y, ex);
+  static bool fprop_dw_sweep(const ConvProblem& p, const Rows<S>& x, const T* f, const T* bias, const OutSpec& y,
+                             const CpuExecutor& ex) {
+    if (!dw_sweep_width(p.KW) || p.dw != 1 || (p.sw != 1 && p.sw != 2)) return false;
+    with_dw_sweep_width(p.KW, [&](auto kw_c) {
+      constexpr int KW = decltype(kw_c)::value, NW = dw_sweep_vectors(KW);
+      if (p.sw == 1) fprop_dw<8 / NW, NW, 1, S, KW>(p, x, f, bias, y, ex);
+      else fprop_dw<6 / NW, NW, 2, S, KW>(p, x, f, bias, y, ex);
+    });
     return true;
   }
 
@@ -647,13 +653,13 @@ struct FpropKernels : KernelBase<V> {
   static void fprop_half(const ConvProblem& p, const Rows<Half16>& x, const T* f, const T* bias, const OutSpec& y,
                          const CpuExecutor& ex) {
     if (gemm(p)) fprop_gemm<Half16>(p, x, f, bias, y, ex);
-    else fprop_dw3<Half16>(p, x, f, bias, y, ex);
+    else fprop_dw_sweep<Half16>(p, x, f, bias, y, ex);
   }
 
   static void fprop(const ConvProblem& p, const Rows<T>& x, const T* f, const T* bias, const OutSpec& y,
                     const CpuExecutor& ex) {
     if (Base::depthwise(p)) {
-      if (!fprop_dw3<T>(p, x, f, bias, y, ex)) fprop_dw<PW, NV, 0>(p, x, f, bias, y, ex);
+      if (!fprop_dw_sweep<T>(p, x, f, bias, y, ex)) fprop_dw<PW, NV, 0>(p, x, f, bias, y, ex);
     } else if (gemm(p)) {
       // Where its register block is the larger one (AVX2: 6x2 against 4x2; batch 8, two threads, in one
       // process: 1x1 56x56 256->64 6.51 -> 5.83 ms, 64->256 6.94 -> 6.14, 28x28 512->128 5.98 -> 5.12;

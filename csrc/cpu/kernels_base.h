@@ -59,6 +59,19 @@ struct KernelBase {
   // block writes whole cache lines per pixel (AVX2, one thread: 3x3 28x28x192 fwd 1.6 -> 1.15 ms,
   // dx 1.87 -> 1.24 ms; 56x56x144 dx 4.5 -> 3.7 ms).
   static constexpr int DW3W = sizeof(Vec) >= 64 ? 1 : 2;
+  // Depthwise column sweeps (forward and input gradient: each input or dy column loaded once per filter
+  // row and fed to every output of the block that meets it) for these filter widths, with width stride
+  // 1 or 2 and no width dilation; other widths take the per-tap blocks. Wider filters sweep one vector,
+  // so a row's KW filter vectors stay in registers beside the block's accumulators (AVX2: 16 registers).
+  static constexpr bool dw_sweep_width(i64 kw) { return kw == 3 || kw == 5 || kw == 7; }
+  static constexpr int dw_sweep_vectors(int kw) { return kw == 3 ? DW3W : 1; }
+  // fn(std::integral_constant<int, KW>) for a width that dw_sweep_width accepts.
+  template <class Fn>
+  static void with_dw_sweep_width(i64 kw, Fn&& fn) {
+    if (kw == 3) fn(std::integral_constant<int, 3>());
+    else if (kw == 5) fn(std::integral_constant<int, 5>());
+    else fn(std::integral_constant<int, 7>());
+  }
   // Packed filters past this many bytes no longer stream well from L2 (per channel block: the forward
   // pass's memory tile; a whole 1x1 filter: its GEMM path).
   static constexpr i64 kFilterL2Bytes = i64(512) << 10;
@@ -467,6 +480,9 @@ struct KernelBase {
   using Base::kLanes;                     \
   using Base::PW;                         \
   using Base::DW3W;                       \
+  using Base::dw_sweep_width;             \
+  using Base::dw_sweep_vectors;           \
+  using Base::with_dw_sweep_width;        \
   using Base::NV;                         \
   using Base::BW;                         \
   using Base::TI;                         \
