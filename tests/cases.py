@@ -14,6 +14,7 @@ CASES_2D = [
     ("explicit", (2, 6, 7, 3), (3, 2, 3, 4), (1, 2), 1, ((1, 2), (0, 3))),
     ("groups2", (2, 6, 6, 8), (3, 3, 4, 6), 1, 1, "SAME"),
     ("groups4-s2", (1, 9, 7, 8), (2, 3, 2, 12), 2, 1, ((0, 1), (2, 0))),
+    ("groups-lanes", (2, 6, 7, 16), (3, 3, 4, 16), 1, 1, "SAME"),  # lanes across groups (4 + 4 per group)
     ("depthwise", (2, 8, 7, 6), (3, 3, 1, 6), 1, 1, "SAME"),
     ("depthwise-m3-s2", (2, 9, 9, 4), (3, 3, 1, 12), 2, 1, "SAME"),
     ("depthwise-d2", (1, 9, 10, 5), (3, 3, 1, 5), 1, 2, "VALID"),
@@ -81,6 +82,16 @@ CASES_2D_KERNELS = [
     ("dw7-s2-valid-30", (1, 9, 30, 16), (7, 7, 1, 16), 2, 1, "VALID"),
     ("dw5-s21-explicit", (1, 8, 26, 12), (5, 5, 1, 12), (2, 1), 1, ((1, 3), (0, 4))),
     ("dw5-m2", (1, 6, 19, 6), (5, 5, 1, 12), 1, 1, "SAME"),
+    # Grouped layers with lanes across groups (few channels per group; forward and filter gradient: Cg
+    # input <= Cog output channels, input gradient: Cog <= Cg): ResNeXt's 4 + 4 per group (two vectors on
+    # AVX-512, four on AVX2), 2 + 2 with stride 2, a last vector past the channels and explicit padding,
+    # 2 + 8 with dilation (forward, filter gradient), 8 + 2 (input gradient), 16 + 16 (the filter
+    # gradient's one-group vectors on AVX-512).
+    ("groups-lanes-4x4", (2, 6, 11, 32), (3, 3, 4, 32), 1, 1, "SAME"),
+    ("groups-lanes-2x2-s2", (1, 7, 13, 12), (3, 3, 2, 12), 2, 1, ((1, 0), (2, 1))),
+    ("groups-lanes-2x8-d2", (1, 5, 9, 16), (3, 3, 2, 64), 1, 2, "SAME"),
+    ("groups-lanes-8x2", (1, 6, 10, 64), (3, 3, 8, 16), 1, 1, "SAME"),
+    ("groups-lanes-16x16", (1, 5, 7, 64), (3, 3, 16, 64), 1, 1, "SAME"),
 ]
 
 # Layers whose float16 x and dy the CPU kernels read in place (fprop_takes_half and its siblings in

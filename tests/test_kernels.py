@@ -79,7 +79,8 @@ def test_every_isa_path_same_bits(rng, isa):
         picked = ("dw-chunks-s2", "dw-s2-even", "1x1-wide", "rows-of-23-groups-d2", "dw3-same-rows-of-19",
                   "dw3-pads-short-rows", "dw3-s2-pads", "dw3-s2-valid-24", "stem-wide-joint", "dw3-s2-pairs-c48",
                   "dw5-s1-same-rows-of-21", "dw7-pads-short-rows", "dw5-s2-same", "dw7-s2-valid-30",
-                  "dw5-s21-explicit", "dw5-m2")
+                  "dw5-s21-explicit", "dw5-m2", "groups-lanes-4x4", "groups-lanes-2x2-s2", "groups-lanes-2x8-d2",
+                  "groups-lanes-8x2", "groups-lanes-16x16")
         for case in (CASES[0], CASES[5], *(c for c in CASES if c[0] in picked)):
             _, x_shape, f_shape, strides, dilations, padding = case
             for dtype, accumulation in DTYPES:

@@ -626,6 +626,88 @@ struct FpropKernels : KernelBase<V> {
     });
   }
 
+  // Grouped layers with few output channels per group (grouped_lanes: Cog divides kLanes, Cg <= Cog;
+  // ResNeXt's 32 groups of 4 + 4): lanes over output channels across groups, kLanes / Cog groups per
+  // vector, as the depthwise blocks do, instead of one group's Cog channels in a block of BF lanes (4 of
+  // 32 filled). Lane o folds (kh, kw, i) ascending over its group g = o / Cog; the x values it needs,
+  // x[.., g*Cg + i], lie in one vector of the block's groups' input channels, which one lane permute per
+  // i moves into place (V::permute). NP pixels x NW vectors; pixels past the row and padded taps read +0.
+  template <int NP, int NW>
+  static void fprop_grouped(const ConvProblem& p, const Rows<T>& x, const T* f, const T* bias, const OutSpec& y,
+                            const CpuExecutor& ex) {
+    constexpr int BD = kLanes * NW;
+    const i64 cog = p.Cog(), nb = ceil_div(p.Co, BD), cop = nb * BD, taps = p.KH * p.KW * p.Cg;
+    std::vector<T> wp(taps * cop + kPad, T(0)), bp(cop + kPad, T(0));  // [taps][cop], +0 past Co
+    for (i64 t = 0; t < taps; ++t)
+      for (i64 o = 0; o < p.Co; ++o) wp[t * cop + o] = f[t * p.Co + o];
+    if (bias)
+      for (i64 o = 0; o < p.Co; ++o) bp[o] = bias[o];
+    // idx[i][l]: where lane l's x value for input channel i lies in the vector of its groups' channels.
+    std::vector<std::int32_t> idx(p.Cg * kLanes);
+    for (i64 i = 0; i < p.Cg; ++i)
+      for (int l = 0; l < kLanes; ++l) idx[i * kLanes + l] = std::int32_t(l / cog * p.Cg + i);
+    const std::vector<T> zeros(p.C + BD + kPad, T(0));  // a padded tap's (or a vector's past Co) x values
+    const i64 owb = ceil_div(p.OW, NP), units = p.N * p.OH * nb * owb;
+    const Strides4 ys = y.s;
+    const bool stream = Base::streamable(y, p.y_elems());
+    ex.parallel_for(units, taps * BD * NP, [&](i64 u0, i64 u1) {
+      FpEnv guard;
+      InnerCounter c(u0, nb);  // channel blocks innermost: they share the block's input pixels
+      i64 wb = 0, oh = 0, n = 0;
+      for (i64 u = u0; u < u1; ++u, c.next()) {
+        if (u == u0 || c.inner == 0) {
+          i64 rem = c.outer;
+          wb = rem % owb; rem /= owb;
+          oh = rem % p.OH; n = rem / p.OH;
+        }
+        const i64 ow0 = wb * NP, o0 = c.inner * BD;
+        i64 xoff[NW];  // vector j's first input channel, its groups' first
+        bool real[NW];
+        for (int j = 0; j < NW; ++j) {
+          real[j] = o0 + j * kLanes < p.Co;
+          xoff[j] = real[j] ? (o0 + j * kLanes) / cog * p.Cg : 0;
+        }
+        const bool interior = ow0 + NP <= p.OW && fprop_in_col(p, ow0, 0) >= 0 &&
+                              fprop_in_col(p, ow0 + NP - 1, p.KW - 1) < p.W;
+        Vec a[NP][NW];
+        for (int q = 0; q < NP; ++q)
+          for (int j = 0; j < NW; ++j) a[q][j] = V::zero();
+        for (i64 kh = 0; kh < p.KH; ++kh) {
+          const i64 ih = fprop_in_row(p, oh, kh);
+          const bool row_in = ih >= 0 && ih < p.H;
+          const T* xrow = row_in ? x.row(n * p.H + ih) : nullptr;
+          for (i64 kw = 0; kw < p.KW; ++kw) {
+            Vec xv[NP][NW];
+            for (int q = 0; q < NP; ++q) {
+              const T* px = zeros.data();
+              if (row_in) {
+                const i64 iw = fprop_in_col(p, ow0 + q, kw);
+                if (interior || (ow0 + q < p.OW && iw >= 0 && iw < p.W)) px = xrow + iw * p.C;
+              }
+              for (int j = 0; j < NW; ++j) xv[q][j] = V::load((real[j] ? px : zeros.data()) + xoff[j]);
+            }
+            const T* wt = wp.data() + (kh * p.KW + kw) * p.Cg * cop + o0;
+            for (i64 i = 0; i < p.Cg; ++i) {
+              const typename V::P pi = V::perm_index(idx.data() + i * kLanes);
+              Vec fv[NW];
+              for (int j = 0; j < NW; ++j) fv[j] = V::load(wt + i * cop + j * kLanes);
+              for (int q = 0; q < NP; ++q)
+                for (int j = 0; j < NW; ++j) a[q][j] = V::fma(V::permute(xv[q][j], pi), fv[j], a[q][j]);
+            }
+          }
+        }
+        for (int q = 0; q < NP; ++q)
+          for (int j = 0; j < NW; ++j) {
+            if (ow0 + q >= p.OW) continue;
+            Vec v = a[q][j];
+            if (bias) v = V::add(v, V::load(bp.data() + o0 + j * kLanes));
+            put_lanes(y, v, ys.at(n, oh, ow0 + q, o0 + j * kLanes), ys.c, p.Co - (o0 + j * kLanes), stream);
+          }
+      }
+      if (stream) V::fence();
+    });
+  }
+
   // Depthwise filters of a dw_sweep_width, width stride 1 or 2: blocks of fprop_dw_sweep_block (8 or 6
   // pixels). 5- and 7-wide filters took the per-pixel block (fprop_dw_block: a load per fma) before;
   // against it, batch 8, two threads, in one process, medians, ms: AVX-512 5x5/2 56x56x144 1.92 ->
@@ -660,6 +742,17 @@ struct FpropKernels : KernelBase<V> {
                     const CpuExecutor& ex) {
     if (Base::depthwise(p)) {
       if (!fprop_dw_sweep<T>(p, x, f, bias, y, ex)) fprop_dw<PW, NV, 0>(p, x, f, bias, y, ex);
+    } else if (Base::grouped_lanes(p)) {
+      // Batch 8, two threads, in one process, medians, ms, against the dense blocks of one group: 3x3
+      // 56x56 128->128 in 32 groups (4 + 4) AVX-512 27.7 -> 8.2 (through TensorFlow's op; TensorFlow
+      // 6.6-7.2), AVX2 20.3 -> 10.3; 56x56 64->64 in 32 groups (2 + 2) AVX2 17.1 -> 3.5; 28x28 256->256
+      // in 32 groups (8 + 8) AVX-512 10.6 -> 6.4.
+      fprop_grouped<PW, 1>(p, x, f, bias, y, ex);
+    } else if (p.G > 1 && p.Cog() <= kLanes) {
+      // One vector of output channels per block where a group has no more (NV vectors left the rest
+      // empty): 3x3 14x14 512->512 in 32 groups (16 + 16) AVX-512 3.91 -> 3.02 ms; 28x28 256->256 in 32
+      // groups AVX2 10.2 -> 8.6 (batch 8, two threads, in one process, medians; 16 pixels: 3.39, 9.54).
+      fprop_dense<Base::PF, 1>(p, x, f, bias, y, ex);
     } else if (gemm(p)) {
       // Where its register block is the larger one (AVX2: 6x2 against 4x2; batch 8, two threads, in one
       // process: 1x1 56x56 256->64 6.51 -> 5.83 ms, 64->256 6.94 -> 6.14, 28x28 512->128 5.98 -> 5.12;

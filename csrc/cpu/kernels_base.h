@@ -117,6 +117,14 @@ struct KernelBase {
   // Depthwise-like (Cg == 1, fewer output channels per group than lanes): the forward pass and filter
   // gradient put lanes over output channels across groups (fprop_dw, wgrad_dw).
   static bool depthwise(const ConvProblem& p) { return p.Cg == 1 && p.Cog() < kLanes; }
+  // Grouped layers whose output channels are too few per group to fill a vector (ResNeXt's 4): lanes
+  // across groups, each group's Cg input values in reach of one lane permute (FpropKernels::fprop_grouped,
+  // WgradKernels::wgrad_grouped). `whole`: a vector of one group's channels counts too (the filter
+  // gradient's choice; the forward's dense blocks of one vector were faster there).
+  static bool grouped_lanes(const ConvProblem& p, bool whole = false) {
+    const i64 cog = p.Cog();
+    return p.G > 1 && p.Cg > 1 && (cog < kLanes || (whole && cog == kLanes)) && kLanes % cog == 0 && p.Cg <= cog;
+  }
 
   // Whether out can take whole-vector non-temporal stores at every (n, d, h, w) pixel and every channel
   // offset that is a multiple of kLanes: its own accumulator type (or 16-bit values rounded from

@@ -24,6 +24,10 @@ struct VF {
   }
   static void fence() { _mm_sfence(); }
   static R bcast(T s) { return _mm256_set1_ps(s); }
+  // Lane permutes (grouped convolutions, lanes across groups): permute(a, idx) lane l = a[idx[l]].
+  using P = __m256i;
+  static P perm_index(const std::int32_t* idx) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(idx)); }
+  static R permute(R a, P idx) { return _mm256_permutevar8x32_ps(a, idx); }
   static R fma(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }
   static R add(R a, R b) { return _mm256_add_ps(a, b); }
   static R canon(R a) { return _mm256_blendv_ps(a, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)), _mm256_cmp_ps(a, a, _CMP_UNORD_Q)); }
@@ -66,6 +70,15 @@ struct VD {
   static void stream(T* p, R a) { _mm256_stream_pd(p, a); }
   static void fence() { _mm_sfence(); }
   static R bcast(T s) { return _mm256_set1_pd(s); }
+  // Lane permutes (grouped convolutions, lanes across groups): permute(a, idx) lane l = a[idx[l]], as
+  // the pairs of 32-bit halves (2 idx[l], 2 idx[l] + 1).
+  using P = __m256i;
+  static P perm_index(const std::int32_t* idx) {
+    const __m256i i = _mm256_cvtepu32_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(idx)));
+    const __m256i lo = _mm256_slli_epi64(i, 1);  // 2 idx[l] in each 64-bit lane's low half
+    return _mm256_or_si256(lo, _mm256_slli_epi64(_mm256_add_epi64(lo, _mm256_set1_epi64x(1)), 32));
+  }
+  static R permute(R a, P idx) { return _mm256_castps_pd(_mm256_permutevar8x32_ps(_mm256_castpd_ps(a), idx)); }
   static R fma(R a, R b, R c) { return _mm256_fmadd_pd(a, b, c); }
   static R add(R a, R b) { return _mm256_add_pd(a, b); }
   using M = __m256d;
@@ -99,6 +112,10 @@ struct VH {
   static void stream(T* p, R a) { _mm256_stream_ps(p, a); }  // p 32-byte aligned
   static void fence() { _mm_sfence(); }
   static R bcast(T s) { return _mm256_set1_ps(s); }
+  // Lane permutes (grouped convolutions, lanes across groups): permute(a, idx) lane l = a[idx[l]].
+  using P = __m256i;
+  static P perm_index(const std::int32_t* idx) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(idx)); }
+  static R permute(R a, P idx) { return _mm256_permutevar8x32_ps(a, idx); }
   static R half_round(R a) { return _mm256_cvtph_ps(_mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
   static R neg(R a) { return _mm256_xor_ps(a, _mm256_set1_ps(-0.0f)); }
   // Round to odd from the rounding up and down of one exact value: they are adjacent when it is inexact

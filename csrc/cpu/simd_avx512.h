@@ -33,6 +33,10 @@ struct VF {
   static R bcast(T s) { return _mm512_set1_ps(s); }
   static R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
   static R add(R a, R b) { return _mm512_add_ps(a, b); }
+  // Lane permutes (grouped convolutions, lanes across groups): permute(a, idx) lane l = a[idx[l]].
+  using P = __m512i;
+  static P perm_index(const std::int32_t* idx) { return _mm512_loadu_si512(idx); }
+  static R permute(R a, P idx) { return _mm512_permutexvar_ps(idx, a); }
   // Lane masks: lanes [lo, hi) set; select(m, a, b) takes a where set, else b (exact copies).
   using M = __mmask16;
   static M lanes(int lo, int hi) { return M(((1u << hi) - 1u) & ~((1u << lo) - 1u)); }
@@ -65,6 +69,12 @@ struct VD {
   static void stream(T* p, R a) { _mm512_stream_pd(p, a); }
   static void fence() { _mm_sfence(); }
   static R bcast(T s) { return _mm512_set1_pd(s); }
+  // Lane permutes (grouped convolutions, lanes across groups): permute(a, idx) lane l = a[idx[l]].
+  using P = __m512i;
+  static P perm_index(const std::int32_t* idx) {
+    return _mm512_cvtepi32_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(idx)));
+  }
+  static R permute(R a, P idx) { return _mm512_permutexvar_pd(idx, a); }
   static R fma(R a, R b, R c) { return _mm512_fmadd_pd(a, b, c); }
   static R add(R a, R b) { return _mm512_add_pd(a, b); }
   using M = __mmask8;
@@ -88,6 +98,10 @@ struct VH {
   static void stream(T* p, R a) { _mm512_stream_ps(p, a); }  // p 64-byte aligned
   static void fence() { _mm_sfence(); }
   static R bcast(T s) { return _mm512_set1_ps(s); }
+  // Lane permutes (grouped convolutions, lanes across groups): permute(a, idx) lane l = a[idx[l]].
+  using P = __m512i;
+  static P perm_index(const std::int32_t* idx) { return _mm512_loadu_si512(idx); }
+  static R permute(R a, P idx) { return _mm512_permutexvar_ps(idx, a); }
   static R half_round(R a) { return _mm512_cvtph_ps(_mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)); }
   // binary16 fma(a, b, c) and add(a, b) (docs/numerics.md, "float16 accumulation on AVX-512"): the exact
   // result rounded to odd at binary32 precision, then once to binary16. Round-to-odd from the two directed

@@ -26,6 +26,10 @@ struct ScalarVecBase {
   static M lanes(int lo, int hi) { return M{lo, hi}; }
   static R select(M m, const R& a, const R& b) { R r; for (int l = 0; l < L; ++l) r.v[l] = l >= m.lo && l < m.hi ? a.v[l] : b.v[l]; return r; }
   static R canon(const R& a) { R r; for (int l = 0; l < L; ++l) r.v[l] = a.v[l] != a.v[l] ? canonical_nan<T_>() : a.v[l]; return r; }
+  // Lane permutes (grouped convolutions, lanes across groups): permute(a, idx) lane l = a[idx[l]].
+  struct P { int v[L_]; };
+  static P perm_index(const std::int32_t* idx) { P r; for (int l = 0; l < L; ++l) r.v[l] = idx[l]; return r; }
+  static R permute(const R& a, const P& idx) { R r; for (int l = 0; l < L; ++l) r.v[l] = a.v[idx.v[l]]; return r; }
 };
 
 struct VF : ScalarVecBase<float, 8, 4, 1> {
