@@ -1,7 +1,7 @@
 """Times detconv against tf.nn on the layer shapes of common networks (CPU).
 
-Layers of ResNet-50, MobileNet, EfficientNet (5x5 depthwise), ConvNeXt (7x7 depthwise), Xception
-(separable) and C3D (3-D).
+Layers of ResNet-50, ResNeXt (grouped), MobileNet, EfficientNet (5x5 depthwise), ConvNeXt (7x7
+depthwise), Xception (separable) and C3D (3-D).
 
 Both run in this one process with the same intra-op thread count: forward,
 input gradient and filter gradient, each timed as the median of several runs
@@ -28,7 +28,8 @@ import statistics
 import sys
 import time
 
-# name, H(=W), C, Co, K, stride, kind ("conv", "dw" depthwise, "sep" separable, "3d": depth D, batch B)
+# name, H(=W), C, Co, K, stride, kind ("conv", "g32" in 32 groups, "dw" depthwise, "sep" separable, "3d": depth
+# D, batch B)
 LAYERS = (
     ("stem 7x7/2 224 3->64", 224, 3, 64, 7, 2, "conv"),
     ("3x3 56 64->64", 56, 64, 64, 3, 1, "conv"),
@@ -39,6 +40,7 @@ LAYERS = (
     ("1x1 56 64->256", 56, 64, 256, 1, 1, "conv"),
     ("1x1 14 1024->256", 14, 1024, 256, 1, 1, "conv"),
     ("1x1 7 2048->512", 7, 2048, 512, 1, 1, "conv"),
+    ("g32 3x3 56 128->128", 56, 128, 128, 3, 1, "g32"),      # ResNeXt-50 32x4d stage 1: 32 groups of 4
     ("dw3x3 112 32", 112, 32, 32, 3, 1, "dw"),
     ("dw3x3/2 112 96", 112, 96, 96, 3, 2, "dw"),
     ("dw3x3 56 144", 56, 144, 144, 3, 1, "dw"),
@@ -48,6 +50,7 @@ LAYERS = (
     ("3d 3x3x3 16x56 64->64 b2", 56, 64, 64, 3, 1, "3d"),   # C3D / I3D block: depth 16, batch 2
 )
 DEPTH_3D, BATCH_3D = 16, 2
+GROUPS_G32 = 32
 QUICK_LAYERS = ("3x3 28 128->128", "1x1 14 1024->256", "dw3x3 56 144")
 SMOKE_LAYER = ("smoke 3x3 8 8->8", 8, 8, 8, 3, 1, "conv")
 PASSES = ("fwd", "dx", "dw")
@@ -199,9 +202,10 @@ def _cells(tf, dc, layer, batch, dtype, accumulation, rng):
                            dc.depthwise_conv2d_backprop_filter(x, dw_shape, dc_dmid(), s, "SAME", **acc))[1],
         }
     else:
-        f = t((K, K, C, Co), 1 / math.sqrt(K * K * C))
-        f_shape = tf.constant([K, K, C, Co], tf.int32)
-        flops = 2 * batch * OH * OH * Co * K * K * C
+        Cg = C // GROUPS_G32 if kind == "g32" else C  # input channels per group
+        f = t((K, K, Cg, Co), 1 / math.sqrt(K * K * Cg))
+        f_shape = tf.constant([K, K, Cg, Co], tf.int32)
+        flops = 2 * batch * OH * OH * Co * K * K * Cg
         tf_fns = {
             "fwd": lambda: tf.nn.conv2d(x, f, s, "SAME"),
             "dx": lambda: tf.raw_ops.Conv2DBackpropInput(input_sizes=x_shape, filter=f, out_backprop=dy,
