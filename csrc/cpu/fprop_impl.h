@@ -747,7 +747,11 @@ struct FpropKernels : KernelBase<V> {
       // 56x56 128->128 in 32 groups (4 + 4) AVX-512 27.7 -> 8.2 (through TensorFlow's op; TensorFlow
       // 6.6-7.2), AVX2 20.3 -> 10.3; 56x56 64->64 in 32 groups (2 + 2) AVX2 17.1 -> 3.5; 28x28 256->256
       // in 32 groups (8 + 8) AVX-512 10.6 -> 6.4.
-      fprop_grouped<PW, 1>(p, x, f, bias, y, ex);
+      // Blocks of 4 pixels x 2 vectors against PW x 1 (whole 128-byte lines of each output pixel on
+      // AVX-512), three runs: 56x56 128->128 in 32 groups 6.34 -> 5.19, 7.69 -> 6.30, 10.08 -> 8.24; 28x28
+      // 256->256 4.22 -> 3.50, 5.41 -> 4.96, 6.74 -> 4.29; AVX2 56x56 13.09 -> 10.14 (6 x 2 and 4 x 4: even
+      // or slower, 4 x 4 spills).
+      fprop_grouped<4, 2>(p, x, f, bias, y, ex);
     } else if (p.G > 1 && p.Cog() <= kLanes) {
       // One vector of output channels per block where a group has no more (NV vectors left the rest
       // empty): 3x3 14x14 512->512 in 32 groups (16 + 16) AVX-512 3.91 -> 3.02 ms; 28x28 256->256 in 32
