@@ -395,9 +395,9 @@ struct DgradKernels : KernelBase<V> {
     for (i64 t = 0; t < khw; ++t)
       for (i64 m = 0; m < cog; ++m)
         for (i64 c = 0; c < p.C; ++c) wt[(t * cog + m) * cp + c] = f[(t * p.Cg + c % p.Cg) * p.Co + c / p.Cg * cog + m];
-    std::vector<std::int32_t> idx(kPerm ? cog * kLanes : 0);  // lane l's dy value for m: idx[m][l]
-    for (i64 m = 0; m < (kPerm ? cog : 0); ++m)
-      for (int l = 0; l < kLanes; ++l) idx[m * kLanes + l] = std::int32_t(l / p.Cg * cog + m);
+    // idx[m][l]: where lane l's dy value for its group's output channel m lies.
+    const std::vector<std::int32_t> idx =
+        kPerm ? Base::group_lane_table(p.Cg, cog, cog, cog) : std::vector<std::int32_t>();
     std::vector<S> dyg;
     if constexpr (std::is_same<S, T>::value && !kPerm)
       if (cog > 1) dyg = group_major(p, dy, cog);

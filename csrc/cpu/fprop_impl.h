@@ -643,9 +643,7 @@ struct FpropKernels : KernelBase<V> {
     if (bias)
       for (i64 o = 0; o < p.Co; ++o) bp[o] = bias[o];
     // idx[i][l]: where lane l's x value for input channel i lies in the vector of its groups' channels.
-    std::vector<std::int32_t> idx(p.Cg * kLanes);
-    for (i64 i = 0; i < p.Cg; ++i)
-      for (int l = 0; l < kLanes; ++l) idx[i * kLanes + l] = std::int32_t(l / cog * p.Cg + i);
+    const std::vector<std::int32_t> idx = Base::group_lane_table(cog, p.Cg, p.Cg, p.Cg);
     const std::vector<T> zeros(p.C + BD + kPad, T(0));  // a padded tap's (or a vector's past Co) x values
     const i64 owb = ceil_div(p.OW, NP), units = p.N * p.OH * nb * owb;
     const Strides4 ys = y.s;

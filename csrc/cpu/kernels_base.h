@@ -125,6 +125,15 @@ struct KernelBase {
     const i64 cog = p.Cog();
     return p.G > 1 && p.Cg > 1 && (cog < kLanes || (whole && cog == kLanes)) && kLanes % cog == 0 && p.Cg <= cog;
   }
+  // The lane permute tables of lanes across groups: lane l belongs to group l / per_group of the vector,
+  // whose values start at (l / per_group) * stride; row k's table picks value min(k, live - 1) of them
+  // (rows past `live` repeat the last, for tiles of more rows than values). rows x kLanes entries.
+  static std::vector<std::int32_t> group_lane_table(i64 per_group, i64 stride, i64 rows, i64 live) {
+    std::vector<std::int32_t> idx(rows * kLanes);
+    for (i64 k = 0; k < rows; ++k)
+      for (int l = 0; l < kLanes; ++l) idx[k * kLanes + l] = std::int32_t(l / per_group * stride + std::min(k, live - 1));
+    return idx;
+  }
 
   // Whether out can take whole-vector non-temporal stores at every (n, d, h, w) pixel and every channel
   // offset that is a multiple of kLanes: its own accumulator type (or 16-bit values rounded from

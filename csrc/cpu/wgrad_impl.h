@@ -913,9 +913,7 @@ struct WgradKernels : KernelBase<V> {
     constexpr int BD = kLanes * NW;
     const i64 cog = p.Cog(), nb = ceil_div(p.Co, BD), khw = p.KH * p.KW, tiles = nb * khw;
     // idx[i][l]: where lane l's x value for input channel i lies (rows past Cg repeat the last: dropped).
-    std::vector<std::int32_t> idx(NR * kLanes);
-    for (i64 i = 0; i < NR; ++i)
-      for (int l = 0; l < kLanes; ++l) idx[i * kLanes + l] = std::int32_t(l / cog * p.Cg + std::min<i64>(i, p.Cg - 1));
+    const std::vector<std::int32_t> idx = Base::group_lane_table(cog, p.Cg, NR, p.Cg);
     const std::vector<T> zeros(p.C + BD + kPad, T(0));  // a padded position's (or a vector's past Co) x values
     for_chunk_tiles(ch, tiles, ch.L * NR * BD, parts, ex, [&](i64 u0, i64 u1) {
       FpEnv guard;
@@ -956,7 +954,8 @@ struct WgradKernels : KernelBase<V> {
             hi = std::max(lo, std::min(seg, end - ow));
           }
           fold(zeros.data(), 0, dyr, lo);
-          if (hi > lo) fold(x.row(n * p.H + ih) + fprop_in_col(p, ow + lo, kw) * p.C, p.sw * p.C, dyr + lo * p.Co, hi - lo);
+          if (hi > lo)
+            fold(x.row(n * p.H + ih) + fprop_in_col(p, ow + lo, kw) * p.C, p.sw * p.C, dyr + lo * p.Co, hi - lo);
           fold(zeros.data(), 0, dyr + hi * p.Co, seg - hi);
         });
         for (int i = 0; i < NR; ++i)
