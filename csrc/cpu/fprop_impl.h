@@ -477,6 +477,19 @@ struct FpropKernels : KernelBase<V> {
     fprop_1x1<Base::PG, NV, S>(p, x, f, bias, y, ex, f_transposed);
   }
 
+  // The filter and bias of blocks with lanes over output channels across groups (fprop_dw,
+  // fprop_grouped): `rows` rows of cop (whole blocks of lanes) values each, +0 past Co, so that every
+  // vector loads whole.
+  struct LaneFilter {
+    std::vector<T> w, b;
+    LaneFilter(const T* f, const T* bias, i64 rows, i64 Co, i64 cop) : w(rows * cop + kPad, T(0)), b(cop + kPad, T(0)) {
+      for (i64 t = 0; t < rows; ++t)
+        for (i64 o = 0; o < Co; ++o) w[t * cop + o] = f[t * Co + o];
+      if (bias)
+        for (i64 o = 0; o < Co; ++o) b[o] = bias[o];
+    }
+  };
+
   // One depthwise block: NP output pixels x NW vectors of channels, folded
   // over (kh, kw) on private accumulators (see micro()). xs: channels per input pixel.
   // S: x's element type (T, or Half16 widened as loaded).
@@ -571,11 +584,8 @@ struct FpropKernels : KernelBase<V> {
                        const CpuExecutor& ex) {
     constexpr int BD = kLanes * NW;
     const i64 cog = p.Cog(), nb = ceil_div(p.Co, BD), cop = nb * BD, khw = p.KH * p.KW;
-    std::vector<T> wp(khw * cop + kPad, T(0)), bp(cop + kPad, T(0));
-    for (i64 t = 0; t < khw; ++t)
-      for (i64 o = 0; o < p.Co; ++o) wp[t * cop + o] = f[t * p.Co + o];
-    if (bias)
-      for (i64 o = 0; o < p.Co; ++o) bp[o] = bias[o];
+    const LaneFilter lf(f, bias, khw, p.Co, cop);
+    const std::vector<T>&wp = lf.w, &bp = lf.b;
     std::vector<S> xr;
     if constexpr (std::is_same<S, T>::value)
       if (cog > 1) xr = repeat_channels(p, x, cog);
@@ -637,11 +647,8 @@ struct FpropKernels : KernelBase<V> {
                             const CpuExecutor& ex) {
     constexpr int BD = kLanes * NW;
     const i64 cog = p.Cog(), nb = ceil_div(p.Co, BD), cop = nb * BD, taps = p.KH * p.KW * p.Cg;
-    std::vector<T> wp(taps * cop + kPad, T(0)), bp(cop + kPad, T(0));  // [taps][cop], +0 past Co
-    for (i64 t = 0; t < taps; ++t)
-      for (i64 o = 0; o < p.Co; ++o) wp[t * cop + o] = f[t * p.Co + o];
-    if (bias)
-      for (i64 o = 0; o < p.Co; ++o) bp[o] = bias[o];
+    const LaneFilter lf(f, bias, taps, p.Co, cop);  // [taps][cop]
+    const std::vector<T>&wp = lf.w, &bp = lf.b;
     // idx[i][l]: where lane l's x value for input channel i lies in the vector of its groups' channels.
     const std::vector<std::int32_t> idx = Base::group_lane_table(cog, p.Cg, p.Cg, p.Cg);
     const std::vector<T> zeros(p.C + BD + kPad, T(0));  // a padded tap's (or a vector's past Co) x values
