@@ -206,15 +206,23 @@ def test_wgrad_1x1_sub_runs(rng):
 def test_joint_filter_gradient_tiles(rng, isa):
     # Few input channels and several kw: the filter gradient's tiles take
     # consecutive (kw, i) pairs of a filter row; their count (9, 15, 20, 21,
-    # 33 here) picks the tile height on AVX-512 (7, 8 or 9 rows).
+    # 33 here) picks the tile height on AVX-512 (7, 8 or 9 rows). Tiles whose
+    # pairs are one run of x read it in place (wgrad_joint_fold): positions
+    # whose taps meet padding on the left, the right or both, padded rows,
+    # and none (VALID), across strides and height dilations.
     with on_cpu_isa(K, isa):
-        for f_shape, s in (((3, 3, 3, 32), 2), ((5, 5, 3, 24), 1), ((3, 5, 4, 33), 2), ((7, 7, 3, 40), 2),
-                           ((11, 11, 3, 16), 4)):
-            x, f, b, dy = _operands(rng, (2, 23, 26, f_shape[2]), f_shape, s, 1, "SAME", "float32", None)
-            want = ref.conv2d_backprop_filter(x, dy, f_shape, s, "SAME")
+        for f_shape, s, d, pad in (((3, 3, 3, 32), 2, 1, "SAME"), ((5, 5, 3, 24), 1, 1, "SAME"),
+                                   ((3, 5, 4, 33), 2, 1, "SAME"), ((7, 7, 3, 40), 2, 1, "SAME"),
+                                   ((11, 11, 3, 16), 4, 1, "SAME"), ((7, 7, 3, 40), 2, 1, "VALID"),
+                                   ((7, 7, 3, 24), (1, 3), (2, 1), ((2, 4), (5, 1))),
+                                   ((5, 7, 3, 36), (2, 1), (3, 1), ((0, 3), (1, 6))),
+                                   ((7, 9, 3, 64), 1, 1, ((1, 1), (8, 8)))):
+            x_shape = (2, 23, 26 if f_shape[1] < 9 else 7, f_shape[2])
+            x, f, b, dy = _operands(rng, x_shape, f_shape, s, d, pad, "float32", None)
+            want = ref.conv2d_backprop_filter(x, dy, f_shape, s, pad, dilations=d)
             for t in (1, 2):
-                assert_bits_equal(K.conv2d_backprop_filter(x, dy, f_shape, s, "SAME", threads=t), want,
-                                  f"{isa} {f_shape} threads={t} dw")
+                got = K.conv2d_backprop_filter(x, dy, f_shape, s, pad, dilations=d, threads=t)
+                assert_bits_equal(got, want, f"{isa} {f_shape} s={s} d={d} {pad} threads={t} dw")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])

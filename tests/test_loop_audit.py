@@ -63,7 +63,8 @@ def _can_compile():
 # one accumulator on the stack (28 + 4 filter or dy vectors + a broadcast is 33 of 32 registers): a
 # load and a store per step, and a little set-up.
 WIDE_TILES = {
-    "wgrad_dense<7, 4, true, float>": 28,   # stems' joint (kw, i) tiles
+    "wgrad_dense<7, 4, true, float>": 28,   # stems' joint (kw, i) tiles, x packed
+    "wgrad_joint_fold<7, 4>": 28,           # the same, x read in place
     "wgrad_dense<6, 4, false, float>": 24,  # dense filter gradient, 64+ output channels
     "fprop_1x1<7, 4, float>": 28,           # 1x1 GEMM (forward and input gradient)
 }
