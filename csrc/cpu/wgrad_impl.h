@@ -131,6 +131,19 @@ struct WgradKernels : KernelBase<V> {
       for (int j = 0; j < NW; ++j) a[t][j] = V::fma(V::zero(), z[j], a[t][j]);
   }
 
+  // Of seg positions from output column ow whose tap reads input row ih, those [lo, hi) that meet a column
+  // inside the row: outputs [first, end) do at the tap's kw (fprop_first_out, fprop_end_out, the caller's
+  // once per tile); none in a padded row. Out-parameters: returning a pair moved GCC's register choices in
+  // the 16-bit folds (objdump), these keep every fold loop's code as it was.
+  static inline __attribute__((always_inline)) void segment_span(const ConvProblem& p, i64 ih, i64 ow, i64 seg,
+                                                                 i64 first, i64 end, i64& lo, i64& hi) {
+    lo = seg, hi = seg;
+    if (ih >= 0 && ih < p.H) {
+      lo = std::min(seg, std::max<i64>(0, first - ow));
+      hi = std::max(lo, std::min(seg, end - ow));
+    }
+  }
+
   // One output row segment of a dense dw tile's fold: seg positions from
   // (n, oh, ow). Outputs [first, end) meet a column inside the row at tap kw
   // (fprop_first_out, fprop_end_out: the caller's, once per tile, not two
@@ -144,11 +157,8 @@ struct WgradKernels : KernelBase<V> {
                                                                  const Rows<T>& dy, i64 dyoff) {
     const i64 ih = fprop_in_row(p, oh, kh), iw0 = fprop_in_col(p, ow, kw);
     const T* dyr = dy.row(n * p.OH + oh) + ow * p.Co + dyoff;
-    i64 lo = seg, hi = seg;
-    if (ih >= 0 && ih < p.H) {
-      lo = std::min(seg, std::max<i64>(0, first - ow));
-      hi = std::max(lo, std::min(seg, end - ow));
-    }
+    i64 lo, hi;
+    segment_span(p, ih, ow, seg, first, end, lo, hi);
     fold_padded_run<NI, NW>(a, dyr, p.Co, lo);  // the run before [lo, hi) (a padded row: all of it)
     if (hi > lo) {
       const T* xp = x.row(n * p.H + ih) + xoff + (iw0 + lo * p.sw) * p.C;
@@ -997,11 +1007,8 @@ struct WgradKernels : KernelBase<V> {
         row_segments(p, ch, k, [&](i64 n, i64 oh, i64 ow, i64 seg) __attribute__((always_inline)) {
           const i64 ih = fprop_in_row(p, oh, kh);
           const T* dyr = dy.row(n * p.OH + oh) + ow * p.Co + o0;
-          i64 lo = seg, hi = seg;  // positions [lo, hi) meet a column inside the row
-          if (ih >= 0 && ih < p.H) {
-            lo = std::min(seg, std::max<i64>(0, first - ow));
-            hi = std::max(lo, std::min(seg, end - ow));
-          }
+          i64 lo, hi;
+          segment_span(p, ih, ow, seg, first, end, lo, hi);
           fold(zeros.data(), 0, dyr, lo);
           if (hi > lo)
             fold(x.row(n * p.H + ih) + fprop_in_col(p, ow + lo, kw) * p.C, p.sw * p.C, dyr + lo * p.Co, hi - lo);
