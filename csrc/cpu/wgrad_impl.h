@@ -327,16 +327,15 @@ struct WgradKernels : KernelBase<V> {
     Vec a[NI][NW];
     for (int t = 0; t < NI; ++t)
       for (int j = 0; j < NW; ++j) a[t][j] = V::zero();
-    // The first e >= 0 with e * s >= num.
-    auto from = [](i64 num, i64 s) { return num <= 0 ? i64(0) : ceil_div(num, s); };
+    // Outputs [first, end) meet columns inside the row at every pair (from its first and its last kw).
+    const i64 first = fprop_first_out(p, rows.kw_lo), end = fprop_end_out(p, rows.kw_hi);
     row_segments(p, ch, k, [&](i64 n, i64 oh, i64 ow, i64 seg) __attribute__((always_inline)) {
       const i64 ih = fprop_in_row(p, oh, kh), c0 = fprop_in_col(p, ow, 0);
       const T* dyr = dy.row(n * p.OH + oh) + ow * p.Co + dyoff;
       if (ih < 0 || ih >= p.H) return fold_padded_run<NI, NW>(a, dyr, p.Co, seg);
       const T* xr = x.row(n * p.H + ih);
-      // [lo, hi): every pair's column inside the row.
-      const i64 lo = std::min(seg, from(-(c0 + rows.kw_lo * p.dw), p.sw));
-      const i64 hi = std::max(lo, std::min(seg, from(p.W - c0 - rows.kw_hi * p.dw, p.sw)));
+      i64 lo, hi;  // [lo, hi): every pair's column inside the row
+      segment_span(p, ih, ow, seg, first, end, lo, hi);
       T* ep = edge;
       auto gather = [&](i64 e) __attribute__((always_inline)) {
         for (int t = 0; t < NI; ++t, ++ep) {
