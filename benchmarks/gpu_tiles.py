@@ -44,8 +44,11 @@ import gpu as bench  # noqa: E402 - benchmarks/gpu.py: layers, numerics, timing
 from gpu_helpers import cuda_tile_configs  # noqa: E402 - the configuration count's one home
 
 OPS = ("fwd", "dx", "dw")
-# (BM, BN, blocks per SM) of the GEMM configurations, in the launchers' order (32-bit accumulators).
-GEMM_TILES = [(128, 128, 2), (128, 64, 2), (64, 64, 2), (128, 32, 2), (64, 32, 4), (32, 32, 8)]
+# (BM, BN, blocks per SM) of the GEMM configurations, in the launchers' order (32-bit accumulators):
+# ConvTiles in cuda/conv_launch.cuh (forward, input gradient), the Wgrad tiles of cuda/wgrad_parts.cuh.
+_CONV_TILES = [(128, 128, 2), (128, 64, 2), (64, 64, 2), (128, 32, 2), (64, 32, 4), (32, 32, 8), (64, 128, 4)]
+_WGRAD_TILES = [(128, 128, 2), (128, 64, 2), (64, 64, 2), (128, 32, 2), (64, 32, 4), (32, 32, 8)]
+GEMM_TILES = {"fwd": _CONV_TILES, "dx": _CONV_TILES, "dw": _WGRAD_TILES}
 
 
 def _cdiv(a, b):
@@ -69,12 +72,12 @@ def _tiles_and_k(layer, n, op, bm, bn):
 def fit(cells, sms):
     """cells: {(layer, n, label, op): {config: ms}} -> prints the efficiency tables."""
     print()
-    print(f"| numerics | op | per-SM efficiency of configurations 0..{len(GEMM_TILES) - 1} relative to 0 ({sms} SMs) |")
+    print(f"| numerics | op | per-SM efficiency of configurations 0.. relative to 0 ({sms} SMs) |")
     print("|---|---|---|")
     for label in sorted({key[2] for key in cells}):
         for op in OPS:
             rates = []
-            for c, (bm, bn, per_sm) in enumerate(GEMM_TILES):
+            for c, (bm, bn, per_sm) in enumerate(GEMM_TILES[op]):
                 v = []
                 for (layer, n, lab, o), t in cells.items():
                     if lab == label and o == op and c in t:
@@ -108,12 +111,20 @@ def main(argv=None):
         keys = [s.strip() for s in args.layers.split(",") if s.strip()]
         layers = [L for L in layers if any(s in L[0] for s in keys)]
     n_cfg = cuda_tile_configs()
-    cfgs = list(range(n_cfg if args.direct else n_cfg - 1))  # the last configuration is the direct kernel
+    n_gemm = max(len(t) for t in GEMM_TILES.values())
+    assert n_gemm < n_cfg, "GEMM_TILES lists more configurations than the launchers have"
+    cfgs = list(range(n_gemm)) + (["direct"] if args.direct else [])
+
+    def forced(op, c):  # DETCONV_CUDA_TILE of column c for op, None where op has no such configuration
+        if c == "direct":
+            return len(GEMM_TILES[op])  # each launcher's direct kernel follows its GEMM configurations
+        return c if c < len(GEMM_TILES[op]) else None
     dev = torch.device("cuda")
     print(f"# device: {torch.cuda.get_device_name()}; device time per call (ms), median of {args.pairs} "
           f"event pairs; configurations 0..{n_cfg - 1} (the last: direct kernel)")
     print()
-    cols = ["layer", "N", "numerics", "op"] + [f"c{c}" for c in cfgs] + ["auto", "fastest", "auto/fastest"]
+    cols = ["layer", "N", "numerics", "op"] + [c if c == "direct" else f"c{c}" for c in cfgs]
+    cols += ["auto", "fastest", "auto/fastest"]
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols), flush=True)
     ratios, cells = {}, {}
@@ -137,19 +148,19 @@ def main(argv=None):
                 }
                 for op in args.ops:
                     times = {}
-                    for c in cfgs + [None]:
+                    for c in [c for c in cfgs if forced(op, c) is not None] + [None]:
                         if c is None:
                             os.environ.pop("DETCONV_CUDA_TILE", None)
                         else:
-                            os.environ["DETCONV_CUDA_TILE"] = str(c)
+                            os.environ["DETCONV_CUDA_TILE"] = str(forced(op, c))
                         times[c] = bench._time(torch, calls[op], args.pairs, 1, queued=True)
                     os.environ.pop("DETCONV_CUDA_TILE", None)
-                    best = min(cfgs, key=lambda c: times[c])
+                    best = min((c for c in times if c is not None), key=lambda c: times[c])
                     r = times[None] / times[best]
                     ratios.setdefault(op, []).append(r)
                     cells[(layer, n, label, op)] = times
-                    row = [name, str(n), label, op] + [f"{times[c]:.3f}" for c in cfgs]
-                    row += [f"{times[None]:.3f}", f"c{best}", f"{r:.2f}"]
+                    row = [name, str(n), label, op] + [f"{times[c]:.3f}" if c in times else "-" for c in cfgs]
+                    row += [f"{times[None]:.3f}", best if best == "direct" else f"c{best}", f"{r:.2f}"]
                     print("| " + " | ".join(row) + " |", flush=True)
                 del x, f, dy
                 torch.cuda.empty_cache()

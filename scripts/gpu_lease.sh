@@ -17,8 +17,8 @@
 # GPU tests, CPU ISA tests and sanitizers run side by side), LEASE_BENCH (170,
 # split between the table with host time and the device-time table;
 # 0 skips the timing), LEASE_TILES (150, benchmarks/gpu_tiles.py: every tile
-# configuration per layer; 0 skips it), LEASE_JOBS (xdist workers for the GPU
-# tests, 6).
+# configuration per layer; 0 skips it; LEASE_TILES_ARGS: its arguments, e.g.
+# "--ops fwd dx"), LEASE_JOBS (xdist workers for the GPU tests, 6).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOG="${1:-${OUT:-/tmp/detconv-lease}}"
@@ -125,8 +125,8 @@ if [ "${LEASE_BENCH:-170}" != 0 ]; then
 fi
 if [ "${LEASE_TILES:-150}" != 0 ]; then
   say "device time of every tile configuration"
-  timeout "${LEASE_TILES:-150}" "$PY" benchmarks/gpu_tiles.py --fit >"$LOG/tiles.log" 2>&1
+  timeout "${LEASE_TILES:-150}" "$PY" benchmarks/gpu_tiles.py --fit ${LEASE_TILES_ARGS:-} >"$LOG/tiles.log" 2>&1
   echo "tiles exit $?" >>"$LOG/tiles.log"
-  tail -n 16 "$LOG/tiles.log"
+  tail -n 24 "$LOG/tiles.log"
 fi
 say "done"

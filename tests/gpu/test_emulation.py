@@ -27,8 +27,8 @@ RUN = os.path.join(HERE, "emu", "run_emu.sh")
 
 from gpu_helpers import cuda_tile_configs
 
-# Tile configurations a launcher chooses from (conv: 6 GEMM tiles + direct;
-# wgrad: the same); DETCONV_CUDA_TILE=k forces configuration k.
+# Tile configurations a launcher chooses from (conv: 7 GEMM tiles + direct;
+# wgrad: 6 + its direct kernel); DETCONV_CUDA_TILE=k forces configuration k.
 CONFIGS = cuda_tile_configs()
 CASES_AUTO = int(os.environ.get("DETCONV_EMU_CASES", "1200"))
 # Per forced configuration, and for the sanitized build (slower per case). The emulator's
