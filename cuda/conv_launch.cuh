@@ -23,25 +23,36 @@ constexpr int kConvConfigs = 8;
 // 0.252 -> 0.224 ms, 3x3/2 128 @56 fwd 0.254 -> 0.226). 128x64 and 64x64 tiles
 // of the same thread tile were timed too: they won three forward cells by 1-9%
 // and lost the rest.
-template <bool kDgrad>
+//
+// The input gradient's C0 and C6 stage 16 reduction indices per step where the
+// accumulators are binary32: half the steps, so half the per-step tap cursor,
+// row liveness and barrier (batch 32: 3x3 128 @28 dx 0.263 -> 0.224 ms in C6,
+// 1x1 1024-256 @14 0.158 -> 0.107). The forward pass ran slower with 16 (3x3
+// 128 @28 0.226 -> 0.288 in C6), float64's stages would pass 48 KiB of shared
+// memory, and packed binary16 was not timed with it.
+template <class Num, bool kDgrad>
 struct ConvTiles {
-  using C0 = typename std::conditional<kDgrad, TileCfg<128, 128, 4, 16, 2>, TileCfg<128, 128, 8, 8, 2>>::type;
+  static constexpr int kDgradBK = std::is_same<typename Num::S, float>::value ? 16 : 8;
+  using C0 = typename std::conditional<kDgrad, TileCfg<128, 128, 4, 16, 2, kDgradBK>, TileCfg<128, 128, 8, 8, 2>>::type;
   using C1 = typename std::conditional<kDgrad, TileCfg<128, 64, 4, 8, 2>, TileCfg<128, 64, 8, 4, 2>>::type;
   using C2 = TileCfg<64, 64, 4, 4, 2>;
   using C3 = TileCfg<128, 32, 4, 4, 2>;
   using C4 = TileCfg<64, 32, 4, 4, 4>;
   using C5 = TileCfg<32, 32, 4, 4, 8>;
-  using C6 = typename std::conditional<kDgrad, TileCfg<64, 128, 4, 16, 4>, TileCfg<64, 128, 8, 8, 4>>::type;
+  using C6 = typename std::conditional<kDgrad, TileCfg<64, 128, 4, 16, 4, kDgradBK>, TileCfg<64, 128, 8, 8, 4>>::type;
 };
 constexpr int kConvGemmConfigs = kConvConfigs - 1;  // C0..C6; the direct kernel is the last configuration
 
 // Per-SM efficiency of C0..C6 relative to C0 (pick_config), measured on an
 // H100 (benchmarks/gpu_tiles.py --fit): [native binary16 accumulation][input
-// gradient]. C6's input-gradient value is below its median (1.17): with it the
-// model chose C6 where C0 or C1 ran faster (auto / fastest 1.009 -> 1.018).
+// gradient]. The binary32 input gradient's C6 value (C6 with 16-index steps)
+// is the one that put the model's choice nearest the fastest configuration
+// (1.006 of it, geometric mean over 22 cells); the median of its per-SM rates
+// (1.13, the others' falling to 0.47-0.71 against the faster C0) chose worse.
+// The other rows: medians, except C6's binary32 forward value.
 constexpr double kConvEff[2][2][kConvGemmConfigs] = {
     {{1.0, 0.59, 0.45, 0.39, 0.46, 0.47, 1.07},    // forward, float32 accumulators (and the other numerics)
-     {1.0, 0.73, 0.58, 0.51, 0.59, 0.61, 1.00}},   // input gradient
+     {1.0, 0.73, 0.58, 0.51, 0.59, 0.61, 1.10}},   // input gradient
     {{1.0, 0.78, 0.62, 0.51, 0.56, 0.57, 1.12},    // forward, packed binary16 accumulators
      {1.0, 0.87, 0.74, 0.64, 0.69, 0.68, 1.10}}};  // input gradient
 
@@ -55,7 +66,7 @@ inline int choose_conv_config(const ConvProblem& p) {
   // a tile's reuse of each dy value across its rows (7x7/2 3->64 at batch 32 on
   // an H100: 3.9 ms in 32x32 tiles, 7.8 ms one thread per output).
   if (Jg < 8 && !(kDgrad && p.G == 1)) return kConvGemmConfigs;
-  using T = ConvTiles<kDgrad>;
+  using T = ConvTiles<Num, kDgrad>;
   const double* eff = kConvEff[Num::kPacked ? 1 : 0][kDgrad ? 1 : 0];
   auto tiles = [&](int bm, int bn) { return make_igemm_geo<kDgrad>(p, bm, bn).n_tiles; };
   const TileChoice c[kConvGemmConfigs] = {
@@ -72,7 +83,7 @@ const char* launch_conv(const ConvProblem& p, const void* a_src, const void* fil
   const int cfg = choose_conv_config<Num, kDgrad>(p);
   return dispatch_index(p, [&](auto index) {
     using I = decltype(index);
-    using Tiles = ConvTiles<kDgrad>;
+    using Tiles = ConvTiles<Num, kDgrad>;
     switch (cfg) {
       case 0: return launch_igemm<Num, kDgrad, typename Tiles::C0, I>(p, a_src, filt, bias, out, stream, where);
       case 1: return launch_igemm<Num, kDgrad, typename Tiles::C1, I>(p, a_src, filt, bias, out, stream, where);

@@ -20,10 +20,10 @@
 namespace detconv {
 namespace gpu {
 
-template <int BM_, int BN_, int TM_, int TN_, int MINB_>
+template <int BM_, int BN_, int TM_, int TN_, int MINB_, int BK_ = 8>
 struct TileCfg {
   static constexpr int BM = BM_, BN = BN_, TM = TM_, TN = TN_, MINB = MINB_;
-  static constexpr int BK = 8;                     // reduction indices per staged step
+  static constexpr int BK = BK_;                   // reduction indices per staged step
   static constexpr int TPM = BM / TM, TPN = BN / TN, NT = TPM * TPN;
   static constexpr int PAD = 4;                    // keeps 16-byte rows, spreads banks
   static constexpr int LDA = BM + PAD, LDB = BN + PAD;
