@@ -92,6 +92,12 @@ CASES_2D_KERNELS = [
     ("groups-lanes-2x8-d2", (1, 5, 9, 16), (3, 3, 2, 64), 1, 2, "SAME"),
     ("groups-lanes-8x2", (1, 6, 10, 64), (3, 3, 8, 16), 1, 1, "SAME"),
     ("groups-lanes-16x16", (1, 5, 7, 64), (3, 3, 16, 64), 1, 1, "SAME"),
+    # One vector of output channels per group on rows of 14 and 28 (AVX-512's 14-pixel blocks: interior
+    # and edge blocks, a VALID row, 8 of 16 lanes live with Cg > Cog, stride 2 onto 14).
+    ("groups-16x16-rows-of-14", (2, 5, 14, 64), (3, 3, 16, 64), 1, 1, "SAME"),
+    ("groups-16x16-valid-28", (1, 4, 30, 32), (3, 3, 16, 32), 1, 1, "VALID"),
+    ("groups-12x8-rows-of-14", (1, 6, 14, 24), (3, 3, 12, 16), 1, 1, ((1, 1), (2, 0))),
+    ("groups-16x16-s2-onto-14", (1, 6, 28, 32), (3, 3, 16, 32), 2, 1, "SAME"),
 ]
 
 # Layers whose float16 x and dy the CPU kernels read in place (fprop_takes_half and its siblings in
