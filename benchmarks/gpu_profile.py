@@ -23,6 +23,7 @@ if importlib.util.find_spec("detconv") is None:  # a source checkout
     sys.path.insert(0, os.path.dirname(HERE))
 
 import gpu as bench  # noqa: E402 - benchmarks/gpu.py: layers, numerics
+from gpu_tiles import layer_calls  # noqa: E402 - the layers' calls on CUDA tensors
 
 
 def main(argv=None):
@@ -40,28 +41,13 @@ def main(argv=None):
     if not torch.cuda.is_available() or not K.cuda_available():
         print("benchmarks/gpu_profile.py: needs PyTorch with CUDA and detconv built with CUDA", file=sys.stderr)
         return 1
-    dev = torch.device("cuda")
-    dtype, acc = bench.NUMERICS[args.numerics]
-    tdt = getattr(torch, dtype)
     for item in args.items:
         parts = item.split(":")
         key, op = parts[0], parts[1]
         cfg = parts[2] if len(parts) > 2 else None
         layer = next(L for L in bench.RESNET50 if key in L[0])
-        name, hw, cin, cout, k, s = layer
-        pad = k // 2
-        oh = (hw + 2 * pad - k) // s + 1
         n = args.batch
-        g = torch.Generator(device=dev).manual_seed(0)
-        x = torch.randn(n, hw, hw, cin, generator=g, device=dev).to(tdt)
-        f = (torch.randn(k, k, cin, cout, generator=g, device=dev) / (k * k * cin) ** 0.5).to(tdt)
-        dy = torch.randn(n, oh, oh, cout, generator=g, device=dev).to(tdt)
-        kw = dict(strides=s, padding=((pad, pad), (pad, pad)), accumulation=acc)
-        call = {
-            "fwd": lambda: K.conv2d(x, f, **kw),
-            "dx": lambda: K.conv2d_backprop_input(dy, f, tuple(x.shape), **kw),
-            "dw": lambda: K.conv2d_backprop_filter(x, dy, tuple(f.shape), **kw),
-        }[op]
+        call = layer_calls(torch, K, layer, n, args.numerics)[op]
         if cfg is None:
             os.environ.pop("DETCONV_CUDA_TILE", None)
         else:
@@ -71,7 +57,7 @@ def main(argv=None):
             call()
         torch.cuda.synchronize()
         os.environ.pop("DETCONV_CUDA_TILE", None)
-        print(f"# {name} N={n} {args.numerics} {op}: configuration {cfg if cfg is not None else 'auto'}, "
+        print(f"# {layer[0]} N={n} {args.numerics} {op}: configuration {cfg if cfg is not None else 'auto'}, "
               f"{args.calls} calls", flush=True)
     return 0
 

@@ -69,6 +69,26 @@ def _tiles_and_k(layer, n, op, bm, bn):
     return _cdiv(k * k * cin, bm) * _cdiv(cout, bn) * _cdiv(r, length), length
 
 
+def layer_calls(torch, K, layer, n, label):
+    """fwd, dx and dw of one ResNet-50 layer at batch n as calls on fresh CUDA tensors (seeded)."""
+    _, hw, cin, cout, k, s = layer
+    pad = k // 2
+    oh = (hw + 2 * pad - k) // s + 1
+    dtype, acc = bench.NUMERICS[label]
+    tdt = getattr(torch, dtype)
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(0)
+    x = torch.randn(n, hw, hw, cin, generator=g, device=dev).to(tdt)
+    f = (torch.randn(k, k, cin, cout, generator=g, device=dev) / (k * k * cin) ** 0.5).to(tdt)
+    dy = torch.randn(n, oh, oh, cout, generator=g, device=dev).to(tdt)
+    kw = dict(strides=s, padding=((pad, pad), (pad, pad)), accumulation=acc)
+    return {
+        "fwd": lambda: K.conv2d(x, f, **kw),
+        "dx": lambda: K.conv2d_backprop_input(dy, f, tuple(x.shape), **kw),
+        "dw": lambda: K.conv2d_backprop_filter(x, dy, tuple(f.shape), **kw),
+    }
+
+
 def fit(cells, sms):
     """cells: {(layer, n, label, op): {config: ms}} -> prints the efficiency tables."""
     print()
@@ -119,7 +139,7 @@ def main(argv=None):
         if c == "direct":
             return len(GEMM_TILES[op])  # each launcher's direct kernel follows its GEMM configurations
         return c if c < len(GEMM_TILES[op]) else None
-    dev = torch.device("cuda")
+
     print(f"# device: {torch.cuda.get_device_name()}; device time per call (ms), median of {args.pairs} "
           f"event pairs; configurations 0..{n_cfg - 1} (the last: direct kernel)")
     print()
@@ -129,23 +149,10 @@ def main(argv=None):
     print("|" + "---|" * len(cols), flush=True)
     ratios, cells = {}, {}
     for layer in layers:
-        name, hw, cin, cout, k, s = layer
-        pad = k // 2
-        oh = (hw + 2 * pad - k) // s + 1
+        name = layer[0]
         for n in args.batch:
             for label in args.numerics:
-                dtype, acc = bench.NUMERICS[label]
-                tdt = getattr(torch, dtype)
-                g = torch.Generator(device=dev).manual_seed(0)
-                x = torch.randn(n, hw, hw, cin, generator=g, device=dev).to(tdt)
-                f = (torch.randn(k, k, cin, cout, generator=g, device=dev) / (k * k * cin) ** 0.5).to(tdt)
-                dy = torch.randn(n, oh, oh, cout, generator=g, device=dev).to(tdt)
-                kw = dict(strides=s, padding=((pad, pad), (pad, pad)), accumulation=acc)
-                calls = {
-                    "fwd": lambda: K.conv2d(x, f, **kw),
-                    "dx": lambda: K.conv2d_backprop_input(dy, f, tuple(x.shape), **kw),
-                    "dw": lambda: K.conv2d_backprop_filter(x, dy, tuple(f.shape), **kw),
-                }
+                calls = layer_calls(torch, K, layer, n, label)
                 for op in args.ops:
                     times = {}
                     for c in [c for c in cfgs if forced(op, c) is not None] + [None]:
@@ -162,7 +169,7 @@ def main(argv=None):
                     row = [name, str(n), label, op] + [f"{times[c]:.3f}" if c in times else "-" for c in cfgs]
                     row += [f"{times[None]:.3f}", best if best == "direct" else f"c{best}", f"{r:.2f}"]
                     print("| " + " | ".join(row) + " |", flush=True)
-                del x, f, dy
+                del calls  # the tensors go with the calls
                 torch.cuda.empty_cache()
     print()
     print("| op | geometric mean of auto / fastest |")
