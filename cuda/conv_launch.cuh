@@ -28,8 +28,10 @@ constexpr int kConvConfigs = 8;
 // accumulators are binary32: half the steps, so half the per-step tap cursor,
 // row liveness and barrier (batch 32: 3x3 128 @28 dx 0.263 -> 0.224 ms in C6,
 // 1x1 1024-256 @14 0.158 -> 0.107). The forward pass ran slower with 16 (3x3
-// 128 @28 0.226 -> 0.288 in C6), float64's stages would pass 48 KiB of shared
-// memory, and packed binary16 was not timed with it.
+// 128 @28 0.226 -> 0.288 in C6: its 128 threads' staging registers spill, as
+// C6's do a little even with 8; Nsight Compute, docs/performance.md), float64's
+// stages would pass 48 KiB of shared memory, and packed binary16 was not timed
+// with it.
 template <class Num, bool kDgrad>
 struct ConvTiles {
   static constexpr int kDgradBK = std::is_same<typename Num::S, float>::value ? 16 : 8;
@@ -49,7 +51,8 @@ constexpr int kConvGemmConfigs = kConvConfigs - 1;  // C0..C6; the direct kernel
 // is the one that put the model's choice nearest the fastest configuration
 // (1.006 of it, geometric mean over 22 cells); the median of its per-SM rates
 // (1.13, the others' falling to 0.47-0.71 against the faster C0) chose worse.
-// The other rows: medians, except C6's binary32 forward value.
+// The other values are medians: C0..C5 from the first lease's sweep, C6 from
+// the fifth's.
 constexpr double kConvEff[2][2][kConvGemmConfigs] = {
     {{1.0, 0.59, 0.45, 0.39, 0.46, 0.47, 1.07},    // forward, float32 accumulators (and the other numerics)
      {1.0, 0.73, 0.58, 0.51, 0.59, 0.61, 1.10}},   // input gradient
