@@ -31,10 +31,13 @@ constexpr int kConvConfigs = 8;
 // 128 @28 0.226 -> 0.288 in C6: its 128 threads' staging registers spill, as
 // C6's do a little even with 8; Nsight Compute, docs/performance.md), float64's
 // stages would pass 48 KiB of shared memory, and packed binary16 was not timed
-// with it.
-template <class Num, bool kDgrad>
+// with it. The 64-bit index kernels keep 8 too: with 16, ptxas spills 50-80
+// local accesses into their step loops, and none of them was timed. (BK moves
+// no bit, and the configuration's choice does not depend on it.)
+template <class Num, bool kDgrad, class I = int>
 struct ConvTiles {
-  static constexpr int kDgradBK = std::is_same<typename Num::S, float>::value ? 16 : 8;
+  static constexpr int kDgradBK =
+      std::is_same<typename Num::S, float>::value && std::is_same<I, int>::value ? 16 : 8;
   using C0 = typename std::conditional<kDgrad, TileCfg<128, 128, 4, 16, 2, kDgradBK>, TileCfg<128, 128, 8, 8, 2>>::type;
   using C1 = typename std::conditional<kDgrad, TileCfg<128, 64, 4, 8, 2>, TileCfg<128, 64, 8, 4, 2>>::type;
   using C2 = TileCfg<64, 64, 4, 4, 2>;
@@ -86,7 +89,7 @@ const char* launch_conv(const ConvProblem& p, const void* a_src, const void* fil
   const int cfg = choose_conv_config<Num, kDgrad>(p);
   return dispatch_index(p, [&](auto index) {
     using I = decltype(index);
-    using Tiles = ConvTiles<Num, kDgrad>;
+    using Tiles = ConvTiles<Num, kDgrad, I>;
     switch (cfg) {
       case 0: return launch_igemm<Num, kDgrad, typename Tiles::C0, I>(p, a_src, filt, bias, out, stream, where);
       case 1: return launch_igemm<Num, kDgrad, typename Tiles::C1, I>(p, a_src, filt, bias, out, stream, where);
