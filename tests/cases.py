@@ -76,7 +76,8 @@ CASES_2D_KERNELS = [
     # Depthwise 5- and 7-wide filters in the column-sweep blocks (forward and input gradient): interior
     # blocks and clipped row ends, rows shorter than a block, padding past several columns, both strides,
     # and a channel multiplier (the forward's repeated channels).
-    ("dw5-s1-same-rows-of-21", (2, 6, 21, 20), (5, 5, 1, 20), 1, 1, "SAME"),  # 8-pixel blocks: 0, 8, 13
+    ("dw5-s1-same-rows-of-21", (2, 6, 21, 20), (5, 5, 1, 20), 1, 1, "SAME"),  # 8-pixel blocks: 0, 8, 13; 7: 0, 7, 14
+    ("dw7-s1-same-rows-of-30", (1, 9, 30, 20), (7, 7, 1, 20), 1, 1, "SAME"),  # 7x7 interior blocks (8 or 7 pixels)
     ("dw7-pads-short-rows", (1, 9, 6, 18), (7, 7, 1, 18), 1, 1, ((3, 2), (4, 5))),
     ("dw5-s2-same", (2, 7, 27, 17), (5, 5, 1, 17), 2, 1, "SAME"),
     ("dw7-s2-valid-30", (1, 9, 30, 16), (7, 7, 1, 16), 2, 1, "VALID"),

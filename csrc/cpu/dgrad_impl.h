@@ -676,7 +676,7 @@ struct DgradKernels : KernelBase<V> {
                              const CpuExecutor& ex) {
     with_dw_sweep_width(p.KW, [&](auto kw_c) {
       constexpr int KW = decltype(kw_c)::value, NW = dw_sweep_vectors(KW);
-      if (p.sw == 1) dgrad_dw<8 / NW, NW, 1, S, KW>(p, dy, f, dx, ex);
+      if (p.sw == 1) dgrad_dw<dw_sweep_pixels(KW), NW, 1, S, KW>(p, dy, f, dx, ex);
       else dgrad_dw<8 / NW, NW, 2, S, KW>(p, dy, f, dx, ex);
     });
   }

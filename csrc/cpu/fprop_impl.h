@@ -733,8 +733,8 @@ struct FpropKernels : KernelBase<V> {
     });
   }
 
-  // Depthwise filters of a dw_sweep_width, width stride 1 or 2: blocks of fprop_dw_sweep_block (8 or 6
-  // pixels). 5- and 7-wide filters took the per-pixel block (fprop_dw_block: a load per fma) before;
+  // Depthwise filters of a dw_sweep_width, width stride 1 or 2: blocks of fprop_dw_sweep_block
+  // (dw_sweep_pixels, or 6 at stride 2). 5- and 7-wide filters took the per-pixel block (fprop_dw_block: a load per fma) before;
   // against it, batch 8, two threads, in one process, medians, ms: AVX-512 5x5/2 56x56x144 1.92 ->
   // 1.73, 5x5 28x28x240 2.42 -> 1.83, 14x14x672 1.76 -> 1.20, 7x7 56x56x96 5.03 -> 2.63; AVX2 2.56 ->
   // 2.37, 3.31 -> 3.09, 2.79 -> 2.05, 7.93 -> 5.17.
@@ -744,7 +744,7 @@ struct FpropKernels : KernelBase<V> {
     if (!dw_sweep_width(p.KW) || p.dw != 1 || (p.sw != 1 && p.sw != 2)) return false;
     with_dw_sweep_width(p.KW, [&](auto kw_c) {
       constexpr int KW = decltype(kw_c)::value, NW = dw_sweep_vectors(KW);
-      if (p.sw == 1) fprop_dw<8 / NW, NW, 1, S, KW>(p, x, f, bias, y, ex);
+      if (p.sw == 1) fprop_dw<dw_sweep_pixels(KW), NW, 1, S, KW>(p, x, f, bias, y, ex);
       else fprop_dw<6 / NW, NW, 2, S, KW>(p, x, f, bias, y, ex);
     });
     return true;
@@ -781,11 +781,14 @@ struct FpropKernels : KernelBase<V> {
       // One vector of output channels per block where a group has no more (NV vectors left the rest
       // empty): 3x3 14x14 512->512 in 32 groups (16 + 16) AVX-512 3.91 -> 3.02 ms; 28x28 256->256 in 32
       // groups AVX2 10.2 -> 8.6 (batch 8, two threads, in one process, medians; 16 pixels: 3.39, 9.54).
-      // Rows of 14 (28, 56) in 14-pixel blocks where 14 accumulators fit: 8-pixel blocks made every block
+      // Rows of 14 (28, 56, 112) in 14-pixel blocks where 14 accumulators fit: 8-pixel blocks made every block
       // of a 14-pixel row an edge block and ran 2 of 16 pixels past it. AVX-512, batch 8, two threads,
       // alternating in one process, ms: 3x3 14x14 512->512 in 32 groups 2.91 -> 2.69 (an earlier run, 8, 7
       // and 14 pixels: 3.18, 3.00, 2.77), 28x28 512->512 in 32 groups 13.30 -> 11.67, 14x14 1024->1024 in 64
       // groups 6.10 -> 5.60; float16 inputs 14x14 3.63 -> 3.24, native float16 9.36 -> 8.94 (28x28 even).
+      // Rows that 8-pixel blocks fit as well, two runs: 56x56 256->256 in 16 groups 25.78, 26.44 -> 27.42,
+      // 23.07; 56x56 512->512 in 32 groups 54.79, 53.57 -> 52.83, 49.21; 112x112 128->128 in 8 groups
+      // 47.02, 64.95 -> 45.36, 59.30.
       if constexpr (Base::PF == 8) {
         if (p.OW % 14 == 0) return fprop_dense<14, 1>(p, x, f, bias, y, ex);
       }
