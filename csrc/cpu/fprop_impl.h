@@ -734,10 +734,10 @@ struct FpropKernels : KernelBase<V> {
   }
 
   // Depthwise filters of a dw_sweep_width, width stride 1 or 2: blocks of fprop_dw_sweep_block
-  // (dw_sweep_pixels, or 6 at stride 2). 5- and 7-wide filters took the per-pixel block (fprop_dw_block: a load per fma) before;
-  // against it, batch 8, two threads, in one process, medians, ms: AVX-512 5x5/2 56x56x144 1.92 ->
-  // 1.73, 5x5 28x28x240 2.42 -> 1.83, 14x14x672 1.76 -> 1.20, 7x7 56x56x96 5.03 -> 2.63; AVX2 2.56 ->
-  // 2.37, 3.31 -> 3.09, 2.79 -> 2.05, 7.93 -> 5.17.
+  // (dw_sweep_pixels, or 6 at stride 2). 5- and 7-wide filters took the per-pixel block (fprop_dw_block:
+  // a load per fma) before; against it, batch 8, two threads, in one process, medians, ms: AVX-512 5x5/2
+  // 56x56x144 1.92 -> 1.73, 5x5 28x28x240 2.42 -> 1.83, 14x14x672 1.76 -> 1.20, 7x7 56x56x96 5.03 -> 2.63;
+  // AVX2 2.56 -> 2.37, 3.31 -> 3.09, 2.79 -> 2.05, 7.93 -> 5.17 (8-pixel blocks then).
   template <class S>
   static bool fprop_dw_sweep(const ConvProblem& p, const Rows<S>& x, const T* f, const T* bias, const OutSpec& y,
                              const CpuExecutor& ex) {
