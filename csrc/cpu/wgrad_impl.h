@@ -360,9 +360,17 @@ struct WgradKernels : KernelBase<V> {
   // a 4 KiB page per position, which the hardware prefetchers do not cross). Batch 32, two threads, in
   // one process, ms: 1x1 14x14 1024->256 46.6 -> 34.5, 56x56 256->64 44.1 -> 39.9; batch 8: 56x56
   // 256->64 7.48 -> 6.58, 64->256 and 14x14 even.
+  // The loop runs on a private copy of a (copied in and out once per run), as micro() does: a caller's
+  // accumulators reached by reference (a lambda's capture) would otherwise have an address inside the
+  // loop, and the __may_alias__ vector types made GCC store every one of them each step (AVX2's 6x2 loop
+  // in wgrad_run_fold: 13 stack accesses per 12 fmas, 3x3 28x28 128->128 dw at 0.55-0.60 of oneDNN on
+  // an Intel Xeon).
   template <int NI, int NW, bool PX = false>
   static inline __attribute__((always_inline)) void fold_run(Vec (&a)[NI][NW], const T* xq, i64 xstep, const T* d,
                                                              i64 Co, i64 n) {
+    Vec r[NI][NW];
+    for (int t = 0; t < NI; ++t)
+      for (int j = 0; j < NW; ++j) r[t][j] = a[t][j];
     for (i64 e = 0; e < n; ++e, xq += xstep, d += Co) {
       __builtin_prefetch(d + kAheadR * Co);
       if constexpr (PX) __builtin_prefetch(xq + kAheadR * xstep);
@@ -370,21 +378,9 @@ struct WgradKernels : KernelBase<V> {
       for (int j = 0; j < NW; ++j) dv[j] = V::load(d + j * kLanes);
       for (int t = 0; t < NI; ++t) {
         const Vec xv = V::bcast(xq[t]);
-        for (int j = 0; j < NW; ++j) a[t][j] = V::fma(xv, dv[j], a[t][j]);
+        for (int j = 0; j < NW; ++j) r[t][j] = V::fma(xv, dv[j], r[t][j]);
       }
     }
-  }
-
-  // fold_run on a private copy of a (copied in and out once per run): a never has its address taken
-  // inside the loop, so its vectors stay in registers (the __may_alias__ vector types would otherwise
-  // make GCC store every accumulator after each step; see micro() in kernels_base.h).
-  template <int NI, int NW, bool PX = false>
-  static inline __attribute__((always_inline)) void fold_run_private(Vec (&a)[NI][NW], const T* xq, i64 xstep,
-                                                                     const T* d, i64 Co, i64 n) {
-    Vec r[NI][NW];
-    for (int t = 0; t < NI; ++t)
-      for (int j = 0; j < NW; ++j) r[t][j] = a[t][j];
-    fold_run<NI, NW, PX>(r, xq, xstep, d, Co, n);
     for (int t = 0; t < NI; ++t)
       for (int j = 0; j < NW; ++j) a[t][j] = r[t][j];
   }
@@ -403,16 +399,13 @@ struct WgradKernels : KernelBase<V> {
     Vec a[NI][NW];
     for (int t = 0; t < NI; ++t)
       for (int j = 0; j < NW; ++j) a[t][j] = V::zero();
-    // Each run folds a private copy of the accumulators (fold_run_private): with `a` itself, GCC stored all
-    // of them on every step of the AVX2 6x2 loop (13 stack accesses per 12 fmas; 3x3 28x28 128->128 dw at
-    // 0.55-0.60 of oneDNN on an Intel Xeon).
     if (xpack)
       dy_runs(p, ch, k, dy, [&](i64 e0, const T* d, i64 n) {
-        fold_run_private<NI, NW>(a, xpack + e0 * NI, NI, d + dyoff, p.Co, n);
+        fold_run<NI, NW>(a, xpack + e0 * NI, NI, d + dyoff, p.Co, n);
       });
     else
       flat_runs(p, ch, k, x, dy, [&](i64, const T* xr, const T* d, i64 n) {
-        fold_run_private<NI, NW, true>(a, xr + xoff, p.C, d + dyoff, p.Co, n);
+        fold_run<NI, NW, true>(a, xr + xoff, p.C, d + dyoff, p.Co, n);
       });
     for (int t = 0; t < NI; ++t)
       for (int j = 0; j < NW; ++j) acc[t][j] = a[t][j];
