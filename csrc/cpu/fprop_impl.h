@@ -404,6 +404,7 @@ struct FpropKernels : KernelBase<V> {
     ex.parallel_for(ceil_div(M, MB) * nb, MB * K * BF, [&](i64 u0, i64 u1) {
       FpEnv guard;
       std::vector<T> tile(K > KC ? MBMAX * BF : 0);
+      const BlockOut out(y, stream, bias ? bp.data() : nullptr);
       constexpr bool kWiden = !std::is_same<S, T>::value;
       std::vector<T> xw(kWiden ? MB * p.C + kPad : 0);  // widened pixels, stride C (whole-vector stores)
       const T* px[MBMAX];  // pixel m0 + q's input channels
@@ -411,25 +412,30 @@ struct FpropKernels : KernelBase<V> {
       for (i64 u = u0; u < u1; ++u) {
         const i64 b = u % nb, m0 = u / nb * MB;  // channel blocks innermost: they share the pixels
         const T* wb = wp.data() + b * K * BF;
-        // The unit's pixels by increments, not two 64-bit divisions each (by
-        // instruction latencies, not measured alone: at K = 64 those were
-        // comparable to a third of the fmas' cycles).
-        i64 row = m0 / p.W, col = m0 % p.W, n = row / p.H, oh = row % p.H;
-        const bool widen = kWiden && (u == u0 || b == 0);  // the unit's first channel block
-        for (i64 q = 0; q < MB; ++q) {
-          const bool in = m0 + q < M;
-          if constexpr (kWiden) {
-            // Stores past the pixel: the next pixel overwrites them (kPad after the last).
-            if (in && widen) widen_run(x.row(row) + col * p.C, xw.data() + q * p.C, p.C);
-            px[q] = in ? xw.data() + q * p.C : zeros.data();
-          } else {
-            px[q] = in ? x.row(row) + col * p.C : zeros.data();
-          }
-          yo[q] = in ? ys.at(n, oh, col, 0) : 0;
-          if (++col == p.W) {
-            col = 0;
-            ++row;
-            if (++oh == p.H) oh = 0, ++n;
+        // The unit's pixels, by increments rather than two 64-bit divisions each (by instruction
+        // latencies, not measured alone: at K = 64 those were comparable to a third of the fmas' cycles),
+        // and only where they change: the shard's first unit and each first channel block, whose
+        // followers share them (and the widened copy). Set up again for every channel block, they cost
+        // AVX2, batch 8, two threads, in one process, tf.nn alongside, ms, two runs: 1x1 56x56 64->256
+        // 11.4 -> 8.5, 11.1 -> 8.8; 256->64 dx 10.1 -> 8.9, 9.7 -> 8.7; 14x14 1024->256 dx 8.2 -> 7.5;
+        // AVX-512 3-7% (56x56 256->64 dx 5.06 -> 4.70).
+        if (u == u0 || b == 0) {
+          i64 row = m0 / p.W, col = m0 % p.W, n = row / p.H, oh = row % p.H;
+          for (i64 q = 0; q < MB; ++q) {
+            const bool in = m0 + q < M;
+            if constexpr (kWiden) {
+              // Stores past the pixel: the next pixel overwrites them (kPad after the last).
+              if (in) widen_run(x.row(row) + col * p.C, xw.data() + q * p.C, p.C);
+              px[q] = in ? xw.data() + q * p.C : zeros.data();
+            } else {
+              px[q] = in ? x.row(row) + col * p.C : zeros.data();
+            }
+            yo[q] = in ? ys.at(n, oh, col, 0) : 0;
+            if (++col == p.W) {
+              col = 0;
+              ++row;
+              if (++oh == p.H) oh = 0, ++n;
+            }
           }
         }
         // A block whose pixels are one run (all but those reaching the last row's padded copy or past M)
@@ -441,9 +447,8 @@ struct FpropKernels : KernelBase<V> {
           return true;
         };
         auto put = [&](i64 q, int j, Vec a) {
-          if (bias) a = V::add(a, V::load(bp.data() + b * BF + j * kLanes));
           const i64 o = b * BF + j * kLanes;
-          put_lanes(y, a, yo[q] + o * ys.c, ys.c, p.Co - o, stream);
+          out.put(a, yo[q] + o * out.s.c, o, p.Co);
         };
         if (K <= KC) {  // one chunk: the whole fold in registers, no tile
           for (i64 q0 = 0; q0 < MB && m0 + q0 < M; q0 += NP) {
@@ -612,11 +617,11 @@ struct FpropKernels : KernelBase<V> {
     const Rows<S> xin = cog > 1 ? rows_of(xr, p.N * p.H, p.W * p.Co) : x;
     const std::vector<S> zeros(cop + kPad, S{});
     const i64 owb = ceil_div(p.OW, NP), units = p.N * p.OH * nb * owb;
-    const Strides4 ys = y.s;
     const SlicePrefetch prefetch(p.W * p.Co * sizeof(S), owb * nb);
     const bool stream = Base::streamable(y, p.y_elems());
     ex.parallel_for(units, khw * BD * NP, [&](i64 u0, i64 u1) {
       FpEnv guard;
+      const BlockOut out(y, stream, bias ? bp.data() : nullptr);
       // Channel blocks innermost: consecutive units read consecutive memory.
       InnerCounter c(u0, nb);
       i64 wb = 0, oh = 0, n = 0;
@@ -644,13 +649,10 @@ struct FpropKernels : KernelBase<V> {
         } else {
           fprop_dw_block<NP, NW, S>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0, interior);
         }
+        const i64 at0 = out.s.at(n, oh, ow0, o0);
         for (int q = 0; q < NP; ++q)
-          for (int j = 0; j < NW; ++j) {
-            if (ow0 + q >= p.OW) continue;
-            Vec a = acc[q][j];
-            if (bias) a = V::add(a, V::load(bp.data() + o0 + j * kLanes));
-            put_lanes(y, a, ys.at(n, oh, ow0 + q, o0 + j * kLanes), ys.c, p.Co - (o0 + j * kLanes), stream);
-          }
+          for (int j = 0; j < NW; ++j)
+            if (ow0 + q < p.OW) out.put(acc[q][j], at0 + q * out.s.w + j * kLanes * out.s.c, o0 + j * kLanes, p.Co);
       }
       if (stream) V::fence();
     });

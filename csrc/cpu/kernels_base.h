@@ -218,6 +218,35 @@ struct KernelBase {
     for (i64 l = 0; l < n && l < kLanes; ++l) out.put(base + l * stride, tmp[l]);
   }
 
+  // put_lanes for a shard's blocks, with out, the bias and the stream choice in the shard's own
+  // variables: reached through a lambda's captures by reference, GCC reloaded them around every vector
+  // store (which may alias them, as far as it knows), with the bias test and the offset's multiplies.
+  // Whole vectors of out's own type, channels contiguous, go straight out; the rest take put_lanes.
+  // Against put_lanes per vector, AVX2, batch 8, two threads, in one process, tf.nn alongside, ms:
+  // depthwise forward 3x3 112x112x32 2.52 -> 2.36, 3.02 -> 2.88; 56x56x144 3.66 -> 3.51, 3.04 -> 2.85;
+  // 3x3/2 112x112x96 3.17 -> 2.89; AVX-512 2-5%. The 1x1 GEMM's outputs: AVX-512 2-5% (56x56 256->64
+  // dx 3.80 -> 3.62), AVX2 within 2%.
+  struct BlockOut {
+    OutSpec out;
+    Strides4 s;     // out.s
+    const T* bias;  // per channel (whole vectors readable), or null
+    bool stream, whole;
+    BlockOut(const OutSpec& o, bool stream_, const T* bias_)
+        : out(o), s(o.s), bias(bias_), stream(stream_),
+          whole(o.s.c == 1 && o.dtype == (sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32)) {}
+    // The vector of channels [ch, ch + kLanes) (those below Co) at offset off, plus the bias.
+    void put(Vec v, i64 off, i64 ch, i64 Co) const {
+      if (bias) v = V::add(v, V::load(bias + ch));
+      if (whole && Co - ch >= kLanes) {
+        T* dst = static_cast<T*>(out.base) + off;
+        if (stream) V::stream(dst, V::canon(v));
+        else V::store(dst, V::canon(v));
+        return;
+      }
+      put_lanes(out, v, off, s.c, Co - ch, stream);
+    }
+  };
+
   // Pixel blocks of one row of `ow` pixels, widths NMIN..NP: whole NP-wide blocks,
   // then at most two narrower ones that end at the row's last pixel, so no
   // block folds a pixel past the row (e.g. 56 = 8*6 + 4 + 4, 14 = 6 + 4 + 4,
@@ -521,6 +550,7 @@ struct KernelBase {
   using Base::micro_taps;                 \
   using typename Base::TapSpan;           \
   using typename Base::PixelRun;          \
+  using typename Base::BlockOut;          \
   using Base::fold_padded_run;            \
   using typename Base::InnerCounter;      \
   using Base::repeat_channels;            \
