@@ -44,11 +44,13 @@ import gpu as bench  # noqa: E402 - benchmarks/gpu.py: layers, numerics, timing
 from gpu_helpers import cuda_tile_configs  # noqa: E402 - the configuration count's one home
 
 OPS = ("fwd", "dx", "dw")
-# (BM, BN, blocks per SM) of the GEMM configurations, in the launchers' order (32-bit accumulators):
+# (BM, BN, blocks per SM) of the GEMM configurations, in the launchers' order (binary32 accumulators):
 # ConvTiles in cuda/conv_launch.cuh (forward, input gradient), the Wgrad tiles of cuda/wgrad_parts.cuh.
-_CONV_TILES = [(128, 128, 2), (128, 64, 2), (64, 64, 2), (128, 32, 2), (64, 32, 4), (32, 32, 8), (64, 128, 4)]
+_CONV_TILES = [(128, 128, 2), (128, 64, 2), (64, 64, 2), (128, 32, 2), (64, 32, 4), (32, 32, 8)]
+_FWD_TILES = _CONV_TILES + [(64, 128, 3)]  # C6: three blocks per SM in the forward pass, four in the input gradient
+_DX_TILES = _CONV_TILES + [(64, 128, 4)]
 _WGRAD_TILES = [(128, 128, 2), (128, 64, 2), (64, 64, 2), (128, 32, 2), (64, 32, 4), (32, 32, 8)]
-GEMM_TILES = {"fwd": _CONV_TILES, "dx": _CONV_TILES, "dw": _WGRAD_TILES}
+GEMM_TILES = {"fwd": _FWD_TILES, "dx": _DX_TILES, "dw": _WGRAD_TILES}
 
 
 def _cdiv(a, b):

@@ -24,27 +24,36 @@ constexpr int kConvConfigs = 8;
 // of the same thread tile were timed too: they won three forward cells by 1-9%
 // and lost the rest.
 //
-// The input gradient's C0 and C6 stage 16 reduction indices per step where the
-// accumulators are binary32: half the steps, so half the per-step tap cursor,
-// row liveness and barrier (batch 32: 3x3 128 @28 dx 0.263 -> 0.224 ms in C6,
-// 1x1 1024-256 @14 0.158 -> 0.107). The forward pass ran slower with 16 (3x3
-// 128 @28 0.226 -> 0.288 in C6: its 128 threads' staging registers spill, as
-// C6's do a little even with 8; Nsight Compute, docs/performance.md), float64's
-// stages would pass 48 KiB of shared memory, and packed binary16 was not timed
-// with it. The 64-bit index kernels keep 8 too: with 16, ptxas spills 50-80
-// local accesses into their step loops, and none of them was timed. (BK moves
-// no bit, and the configuration's choice does not depend on it.)
+// Where the accumulators are binary32 and offsets 32-bit, C6 stages 16
+// reduction indices per step (kWideBK) for both computations: half the steps,
+// so half the per-step cursor work and barriers. The input gradient gained
+// first (its per-step work, the tap cursor and the rows' liveness, is the
+// larger: H100, batch 32, 3x3 128 @28 dx 0.263 -> 0.224 ms in C6, 1x1
+// 1024-256 @14 0.158 -> 0.107). The forward pass lost with 16 at four blocks
+// per SM (3x3 128 @28 0.226 -> 0.288): its 128 threads' staging registers
+// spilled past the 128 registers four blocks allow (Nsight Compute). At three
+// blocks per SM (170 registers) it gains instead (H200, batch 32, against
+// four blocks with 8: 3x3 128 @28 fwd 0.226 -> 0.193 ms, 3x3/2 128 @56 0.228
+// -> 0.197, 3x3 256 @14 0.343 -> 0.289, 1x1 1024-256 @14 0.156 -> 0.131;
+// three blocks with 8 sat between: docs/performance.md). The input gradient
+// keeps four blocks (three were slower: 0.224 -> 0.233). Float64's stages would
+// pass 48 KiB of shared memory with 16; packed binary16 (32 accumulator
+// registers, no spill) was not timed with 16 and keeps 8 at four blocks. The
+// 64-bit index kernels keep 8: with 16, ptxas spills 50-80 local accesses into
+// their step loops, and none of them was timed. (BK and the blocks per SM move
+// no bit, and the configuration's choice does not depend on BK.)
 template <class Num, bool kDgrad, class I = int>
 struct ConvTiles {
-  static constexpr int kDgradBK =
-      std::is_same<typename Num::S, float>::value && std::is_same<I, int>::value ? 16 : 8;
-  using C0 = typename std::conditional<kDgrad, TileCfg<128, 128, 4, 16, 2, kDgradBK>, TileCfg<128, 128, 8, 8, 2>>::type;
+  static constexpr bool kF32 = std::is_same<typename Num::S, float>::value;
+  static constexpr int kWideBK = kF32 && std::is_same<I, int>::value ? 16 : 8;
+  using C0 = typename std::conditional<kDgrad, TileCfg<128, 128, 4, 16, 2, kWideBK>, TileCfg<128, 128, 8, 8, 2>>::type;
   using C1 = typename std::conditional<kDgrad, TileCfg<128, 64, 4, 8, 2>, TileCfg<128, 64, 8, 4, 2>>::type;
   using C2 = TileCfg<64, 64, 4, 4, 2>;
   using C3 = TileCfg<128, 32, 4, 4, 2>;
   using C4 = TileCfg<64, 32, 4, 4, 4>;
   using C5 = TileCfg<32, 32, 4, 4, 8>;
-  using C6 = typename std::conditional<kDgrad, TileCfg<64, 128, 4, 16, 4, kDgradBK>, TileCfg<64, 128, 8, 8, 4>>::type;
+  using C6 = typename std::conditional<kDgrad, TileCfg<64, 128, 4, 16, 4, kWideBK>,
+                                       TileCfg<64, 128, 8, 8, kF32 ? 3 : 4, kWideBK>>::type;
 };
 constexpr int kConvGemmConfigs = kConvConfigs - 1;  // C0..C6; the direct kernel is the last configuration
 
@@ -54,10 +63,14 @@ constexpr int kConvGemmConfigs = kConvConfigs - 1;  // C0..C6; the direct kernel
 // is the one that put the model's choice nearest the fastest configuration
 // (1.006 of it, geometric mean over 22 cells); the median of its per-SM rates
 // (1.13, the others' falling to 0.47-0.71 against the faster C0) chose worse.
-// The other values are medians: C0..C5 from the first lease's sweep, C6 from
-// the fifth's.
+// The binary32 forward pass's C6 value (three blocks per SM, 16-index steps)
+// was chosen the same way on an H200 (the sixth lease): 1.05 is the lowest at
+// which the model picks the fastest configuration on all 24 float32 forward
+// cells of that sweep (its median, 0.95, picks 1.005 of the fastest). The
+// other values are medians: C0..C5 from the first lease's sweep, the packed
+// C6 values from the fifth's.
 constexpr double kConvEff[2][2][kConvGemmConfigs] = {
-    {{1.0, 0.59, 0.45, 0.39, 0.46, 0.47, 1.07},    // forward, float32 accumulators (and the other numerics)
+    {{1.0, 0.59, 0.45, 0.39, 0.46, 0.47, 1.05},    // forward, float32 accumulators (and the other numerics)
      {1.0, 0.73, 0.58, 0.51, 0.59, 0.61, 1.10}},   // input gradient
     {{1.0, 0.78, 0.62, 0.51, 0.56, 0.57, 1.12},    // forward, packed binary16 accumulators
      {1.0, 0.87, 0.74, 0.64, 0.69, 0.68, 1.10}}};  // input gradient
