@@ -464,7 +464,7 @@ struct FpropKernels : KernelBase<V> {
             // run time GCC kept it rolled, spilled the accumulators and reloaded each per store (with the
             // output fields). AVX2, batch 8, two threads, in one process, tf.nn alongside, two runs, ms:
             // 1x1 56x56 64->256 fwd 12.17 -> 10.96, 8.99 -> 7.94; 256->64 dx 12.39 -> 11.15, 12.34 ->
-            // 11.14, fwd 3-4%; 14x14 1024->256 dx 3-4%; AVX-512 64->256 fwd 4.80 -> 4.36, 4.74 -> 4.34,
+            // 11.14, fwd 2-3%; 14x14 1024->256 dx 2-4%; AVX-512 64->256 fwd 4.80 -> 4.36, 4.74 -> 4.34,
             // the others even. (Without the pragmas GCC kept this loop rolled too: measured even.)
             if (m0 + q0 + NP <= M) {
 #pragma GCC unroll 16
