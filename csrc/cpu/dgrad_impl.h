@@ -423,9 +423,11 @@ struct DgradKernels : KernelBase<V> {
     const i64 row_blocks = p.sw * ceil_div(ceil_div(p.W, p.sw), NP);  // an upper bound, for prefetch slices
     const SlicePrefetch prefetch(p.OW * p.Co * sizeof(S), row_blocks * nb);
     const bool stream = Base::streamable(dx, p.x_elems());
+    const bool pair = stream && Base::stream_pairs(NW);  // even channel blocks' pixels wait in `held`
     ex.parallel_for(p.N * p.H, khw * cog * cp * p.W, [&](i64 u0, i64 u1) {
       FpEnv guard;
       std::vector<const S*> rows(p.KH);
+      Vec held[NP];
       for (i64 u = u0; u < u1; ++u) {
         const i64 ih = u % p.H, n = u / p.H;
         i64 oh_first = -1;
@@ -461,8 +463,14 @@ struct DgradKernels : KernelBase<V> {
               Vec acc[NP][NW];
               if (fast) dgrad_dw_sweep_block<NP, NW, 2, KW, S>(acc, p, rows.data(), wt.data(), cp, iw, c0);
               else dgrad_dw_sweep_block<NP, NW, 2, KW, S, true>(acc, p, rows.data(), wt.data(), cp, iw, c0);
-              for (int q = 0; q < NP; ++q)
+              if (pair && b % 2 == 0 && b + 1 < nb) {
+                for (int q = 0; q < NP; ++q) held[q] = acc[q][0];
+                continue;
+              }
+              for (int q = 0; q < NP; ++q) {
+                if (pair && b % 2 == 1) put(held[q], iw + q, c0 - BD);
                 for (int j = 0; j < NW; ++j) put(acc[q][j], iw + q, c0 + j * kLanes);
+              }
             }
           }
           for (; iw < p.W; ++iw)
@@ -498,8 +506,14 @@ struct DgradKernels : KernelBase<V> {
                 dgrad_dw_block<NP, NW, false, S, kPerm>(acc, p, rows.data(), cols, wt.data(), cp, k0, real, c0,
                                                         zeros.data(), idx.data());
               }
-              for (int q = from; q < real; ++q)
+              if (pair && b % 2 == 0 && b + 1 < nb) {
+                for (int q = 0; q < NP; ++q) held[q] = acc[q][0];
+                continue;
+              }
+              for (int q = from; q < real; ++q) {
+                if (pair && b % 2 == 1) put(held[q], ph + (k0 + q) * p.sw, c0 - BD);
                 for (int j = 0; j < NW; ++j) put(acc[q][j], ph + (k0 + q) * p.sw, c0 + j * kLanes);
+              }
             }
           }
         }

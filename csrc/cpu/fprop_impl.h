@@ -632,12 +632,15 @@ struct FpropKernels : KernelBase<V> {
     const i64 owb = ceil_div(p.OW, NP), units = p.N * p.OH * nb * owb;
     const SlicePrefetch prefetch(p.W * p.Co * sizeof(S), owb * nb);
     const bool stream = Base::streamable(y, p.y_elems());
+    const bool pair = stream && Base::stream_pairs(NW);  // an even channel block's pixels wait in `held`
     ex.parallel_for(units, khw * BD * NP, [&](i64 u0, i64 u1) {
       FpEnv guard;
       const BlockOut out(y, stream, bias ? bp.data() : nullptr);
       // Channel blocks innermost: consecutive units read consecutive memory.
       InnerCounter c(u0, nb);
       i64 wb = 0, oh = 0, n = 0;
+      Vec held[NP];
+      bool have = false;
       for (i64 u = u0; u < u1; ++u, c.next()) {
         if (u == u0 || c.inner == 0) {
           i64 rem = c.outer;
@@ -662,10 +665,19 @@ struct FpropKernels : KernelBase<V> {
         } else {
           fprop_dw_block<NP, NW, S>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0, interior);
         }
+        if (pair && b % 2 == 0 && b + 1 < nb && u + 1 < u1) {
+          for (int q = 0; q < NP; ++q) held[q] = acc[q][0];
+          have = true;
+          continue;
+        }
         const i64 at0 = out.s.at(n, oh, ow0, o0);
-        for (int q = 0; q < NP; ++q)
+        for (int q = 0; q < NP; ++q) {
+          if (ow0 + q >= p.OW) continue;
+          if (have) out.put(held[q], at0 + q * out.s.w - BD * out.s.c, o0 - BD, p.Co);
           for (int j = 0; j < NW; ++j)
-            if (ow0 + q < p.OW) out.put(acc[q][j], at0 + q * out.s.w + j * kLanes * out.s.c, o0 + j * kLanes, p.Co);
+            out.put(acc[q][j], at0 + q * out.s.w + j * kLanes * out.s.c, o0 + j * kLanes, p.Co);
+        }
+        have = false;
       }
       if (stream) V::fence();
     });
