@@ -671,11 +671,22 @@ struct FpropKernels : KernelBase<V> {
           continue;
         }
         const i64 at0 = out.s.at(n, oh, ow0, o0);
-        for (int q = 0; q < NP; ++q) {
-          if (ow0 + q >= p.OW) continue;
+        auto store = [&](int q) __attribute__((always_inline)) {
           if (have) out.put(held[q], at0 + q * out.s.w - BD * out.s.c, o0 - BD, p.Co);
+#pragma GCC unroll 16
           for (int j = 0; j < NW; ++j)
             out.put(acc[q][j], at0 + q * out.s.w + j * kLanes * out.s.c, o0 + j * kLanes, p.Co);
+        };
+        // A block inside the row stores straight from registers, fully unrolled (as the 1x1 GEMM's):
+        // with the bound checked per pixel GCC kept the loop rolled and spilled the accumulators. Batch
+        // 8, two threads, in one process, tf.nn alongside, ms: AVX2 3x3 112x112x32 2.79 -> 2.37 (tf
+        // 2.28), 56x56x144 2.93 -> 2.75 (2.55), 3x3/2 112x112x96 2.72 -> 2.27 (1.91); AVX-512 2.27 ->
+        // 2.12, 2.37 -> 2.22, 2.86 -> 2.58; 5x5 and 7x7 within 5% either way.
+        if (ow0 + NP <= p.OW) {
+#pragma GCC unroll 16
+          for (int q = 0; q < NP; ++q) store(q);
+        } else {
+          for (int q = 0; q < NP && ow0 + q < p.OW; ++q) store(q);
         }
         have = false;
       }
