@@ -450,13 +450,25 @@ struct DgradKernels : KernelBase<V> {
         // 56x56x144 3.63 -> 2.85 (2.45), 3x3/2 112x112x96 5.75 -> 3.92 (5.39), 7x7 56x56x96 4.95 -> 4.64,
         // 5x5 28x28x240 2.53 -> 2.42; AVX-512 2.18 -> 1.87, 2.31 -> 2.03, 3.82 -> 3.41, 3.12 -> 2.90,
         // 1.79 -> 1.65.
-        auto put_block = [&](const Vec (&acc)[NP][NW], i64 iw0, i64 sw, i64 cb) __attribute__((always_inline)) {
+        // Pixels [from, real) of a block that is not whole (a row's end) store in a bounded loop. An even
+        // channel block with a partner is held back instead (Base::stream_pairs): it stores nothing.
+        auto put_block = [&](const Vec (&acc)[NP][NW], i64 iw0, i64 sw, i64 cb, int from = 0,
+                             int real = NP) __attribute__((always_inline)) {
+          if (pair && cb % 2 == 0 && cb + 1 < nb) {
+            for (int q = 0; q < NP; ++q) held[q] = acc[q][0];
+            return;
+          }
           const i64 c0 = cb * BD, at0 = out.s.at(n, ih, iw0, c0), step = sw * out.s.w, jstep = kLanes * out.s.c;
-#pragma GCC unroll 16
-          for (int q = 0; q < NP; ++q) {
+          auto store = [&](int q) __attribute__((always_inline)) {
             if (pair && cb % 2 == 1) out.put(held[q], at0 + q * step - BD * out.s.c, c0 - BD, p.C);
 #pragma GCC unroll 16
             for (int j = 0; j < NW; ++j) out.put(acc[q][j], at0 + q * step + j * jstep, c0 + j * kLanes, p.C);
+          };
+          if (from == 0 && real == NP) {
+#pragma GCC unroll 16
+            for (int q = 0; q < NP; ++q) store(q);
+          } else {
+            for (int q = from; q < real; ++q) store(q);
           }
         };
         if constexpr (SW3 == 2) {
@@ -480,10 +492,6 @@ struct DgradKernels : KernelBase<V> {
               Vec acc[NP][NW];
               if (fast) dgrad_dw_sweep_block<NP, NW, 2, KW, S>(acc, p, rows.data(), wt.data(), cp, iw, c0);
               else dgrad_dw_sweep_block<NP, NW, 2, KW, S, true>(acc, p, rows.data(), wt.data(), cp, iw, c0);
-              if (pair && b % 2 == 0 && b + 1 < nb) {
-                for (int q = 0; q < NP; ++q) held[q] = acc[q][0];
-                continue;
-              }
               put_block(acc, iw, 1, b);
             }
           }
@@ -520,18 +528,7 @@ struct DgradKernels : KernelBase<V> {
                 dgrad_dw_block<NP, NW, false, S, kPerm>(acc, p, rows.data(), cols, wt.data(), cp, k0, real, c0,
                                                         zeros.data(), idx.data());
               }
-              if (pair && b % 2 == 0 && b + 1 < nb) {
-                for (int q = 0; q < NP; ++q) held[q] = acc[q][0];
-                continue;
-              }
-              if (from == 0 && real == NP) {
-                put_block(acc, ph + k0 * p.sw, p.sw, b);
-              } else {
-                for (int q = from; q < real; ++q) {
-                  if (pair && b % 2 == 1) put(held[q], ph + (k0 + q) * p.sw, c0 - BD);
-                  for (int j = 0; j < NW; ++j) put(acc[q][j], ph + (k0 + q) * p.sw, c0 + j * kLanes);
-                }
-              }
+              put_block(acc, ph + k0 * p.sw, p.sw, b, from, real);
             }
           }
         }
