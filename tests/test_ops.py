@@ -243,11 +243,14 @@ def test_depthwise_backprops_match_reference_and_tape(rng, dtype, acc):
                                    rtol=1e-4, atol=1e-4)
 
 
-# 7x7 blocks on AVX2 are one vector wide, so they store channel blocks in pairs (Base::stream_pairs);
-# 1000 channels leave the last block unpaired. The pairing does not depend on the dtype (float32 only:
-# the 16-bit 7x7 cases took 6-12 s each).
-@pytest.mark.parametrize("k,dtype", [(3, "float32"), (3, "float16"), (3, "bfloat16"), (7, "float32")])
-@pytest.mark.parametrize("stride", [1, 2])
+# Blocks narrower than a pixel's 64-byte line of output stage a line's channel blocks before they
+# stream (Base::LineStage): AVX2's 7x7 blocks (two to a line in float32, four in float16) and every
+# 16-bit block (two to a line; 3x3 on AVX2 and AVX-512). 1000 channels leave a short last line (one
+# block of four, AVX2 float16) or a last block with lanes past the channels (AVX-512, 16 lanes). The 16-bit
+# 7x7 cases take 6-12 s each: one of them.
+@pytest.mark.parametrize("k,dtype,stride", [(k, d, s) for k, d in [(3, "float32"), (3, "float16"), (3, "bfloat16"),
+                                                                   (7, "float32")] for s in (1, 2)]
+                         + [(7, "float16", 1)])
 def test_large_outputs_streamed(rng, stride, dtype, k):
     # Outputs of 4 MiB and more in TensorFlow's 64-byte-aligned buffers leave the depthwise kernels through
     # non-temporal stores (NumPy's buffers are not aligned, so only the op path reaches them); 16-bit

@@ -423,12 +423,11 @@ struct DgradKernels : KernelBase<V> {
     const i64 row_blocks = p.sw * ceil_div(ceil_div(p.W, p.sw), NP);  // an upper bound, for prefetch slices
     const SlicePrefetch prefetch(p.OW * p.Co * sizeof(S), row_blocks * nb);
     const bool stream = Base::streamable(dx, p.x_elems());
-    const bool pair = stream && Base::stream_pairs(NW);  // even channel blocks' pixels wait in `held`
     ex.parallel_for(p.N * p.H, khw * cog * cp * p.W, [&](i64 u0, i64 u1) {
       FpEnv guard;
       std::vector<const S*> rows(p.KH);
       const BlockOut out(dx, stream, nullptr);
-      Vec held[NP];
+      LineStage<NP, NW> lines(out, stream);
       for (i64 u = u0; u < u1; ++u) {
         const i64 ih = u % p.H, n = u / p.H;
         i64 oh_first = -1;
@@ -443,33 +442,16 @@ struct DgradKernels : KernelBase<V> {
         auto put = [&](const Vec& v, i64 iw, i64 c) {
           put_lanes(dx, v, xs.at(n, ih, iw, c), xs.c, p.C - c, stream);
         };
-        // A block of NP pixels inside the row, sw apart from iw0, channel block b: stores straight from
-        // registers, fully unrolled, through the shard's BlockOut (as fprop_dw's; put's offsets and
+        // Pixels [from, real) of a block of NP pixels sw apart from iw0, channel block cb: a block inside
+        // the row stores straight from registers, fully unrolled (LineStage::put; put's offsets and
         // put_lanes' tests per vector made GCC keep the loop rolled and spill the accumulators). Batch 8,
         // two threads, in one process, tf.nn alongside, ms: AVX2 3x3 112x112x32 3.30 -> 2.36 (tf 2.32),
         // 56x56x144 3.63 -> 2.85 (2.45), 3x3/2 112x112x96 5.75 -> 3.92 (5.39), 7x7 56x56x96 4.95 -> 4.64,
         // 5x5 28x28x240 2.53 -> 2.42; AVX-512 2.18 -> 1.87, 2.31 -> 2.03, 3.82 -> 3.41, 3.12 -> 2.90,
         // 1.79 -> 1.65.
-        // Pixels [from, real) of a block that is not whole (a row's end) store in a bounded loop. An even
-        // channel block with a partner is held back instead (Base::stream_pairs): it stores nothing.
         auto put_block = [&](const Vec (&acc)[NP][NW], i64 iw0, i64 sw, i64 cb, int from = 0,
                              int real = NP) __attribute__((always_inline)) {
-          if (pair && cb % 2 == 0 && cb + 1 < nb) {
-            for (int q = 0; q < NP; ++q) held[q] = acc[q][0];
-            return;
-          }
-          const i64 c0 = cb * BD, at0 = out.s.at(n, ih, iw0, c0), step = sw * out.s.w, jstep = kLanes * out.s.c;
-          auto store = [&](int q) __attribute__((always_inline)) {
-            if (pair && cb % 2 == 1) out.put(held[q], at0 + q * step - BD * out.s.c, c0 - BD, p.C);
-#pragma GCC unroll 16
-            for (int j = 0; j < NW; ++j) out.put(acc[q][j], at0 + q * step + j * jstep, c0 + j * kLanes, p.C);
-          };
-          if (from == 0 && real == NP) {
-#pragma GCC unroll 16
-            for (int q = 0; q < NP; ++q) store(q);
-          } else {
-            for (int q = from; q < real; ++q) store(q);
-          }
+          lines.put(out, acc, out.s.at(n, ih, iw0, cb * BD), sw * out.s.w, cb, nb, cb * BD, p.C, from, real, false);
         };
         if constexpr (SW3 == 2) {
           // Pixel iw alone: its phase's tap columns, as the phase blocks below.

@@ -632,15 +632,13 @@ struct FpropKernels : KernelBase<V> {
     const i64 owb = ceil_div(p.OW, NP), units = p.N * p.OH * nb * owb;
     const SlicePrefetch prefetch(p.W * p.Co * sizeof(S), owb * nb);
     const bool stream = Base::streamable(y, p.y_elems());
-    const bool pair = stream && Base::stream_pairs(NW);  // an even channel block's pixels wait in `held`
     ex.parallel_for(units, khw * BD * NP, [&](i64 u0, i64 u1) {
       FpEnv guard;
       const BlockOut out(y, stream, bias ? bp.data() : nullptr);
+      LineStage<NP, NW> lines(out, stream);
       // Channel blocks innermost: consecutive units read consecutive memory.
       InnerCounter c(u0, nb);
       i64 wb = 0, oh = 0, n = 0;
-      Vec held[NP];
-      bool have = false;
       for (i64 u = u0; u < u1; ++u, c.next()) {
         if (u == u0 || c.inner == 0) {
           i64 rem = c.outer;
@@ -665,30 +663,12 @@ struct FpropKernels : KernelBase<V> {
         } else {
           fprop_dw_block<NP, NW, S>(acc, p, xin, p.Co, wp.data(), cop, zeros.data(), n, oh, ow0, o0, interior);
         }
-        if (pair && b % 2 == 0 && b + 1 < nb && u + 1 < u1) {
-          for (int q = 0; q < NP; ++q) held[q] = acc[q][0];
-          have = true;
-          continue;
-        }
-        const i64 at0 = out.s.at(n, oh, ow0, o0);
-        auto store = [&](int q) __attribute__((always_inline)) {
-          if (have) out.put(held[q], at0 + q * out.s.w - BD * out.s.c, o0 - BD, p.Co);
-#pragma GCC unroll 16
-          for (int j = 0; j < NW; ++j)
-            out.put(acc[q][j], at0 + q * out.s.w + j * kLanes * out.s.c, o0 + j * kLanes, p.Co);
-        };
-        // A block inside the row stores straight from registers, fully unrolled (as the 1x1 GEMM's):
-        // with the bound checked per pixel GCC kept the loop rolled and spilled the accumulators. Batch
-        // 8, two threads, in one process, tf.nn alongside, ms: AVX2 3x3 112x112x32 2.79 -> 2.37 (tf
-        // 2.28), 56x56x144 2.93 -> 2.75 (2.55), 3x3/2 112x112x96 2.72 -> 2.27 (1.91); AVX-512 2.27 ->
-        // 2.12, 2.37 -> 2.22, 2.86 -> 2.58; 5x5 and 7x7 within 5% either way.
-        if (ow0 + NP <= p.OW) {
-#pragma GCC unroll 16
-          for (int q = 0; q < NP; ++q) store(q);
-        } else {
-          for (int q = 0; q < NP && ow0 + q < p.OW; ++q) store(q);
-        }
-        have = false;
+        // Blocks inside the row store straight from registers, fully unrolled (LineStage::put). Against
+        // a loop bounded per pixel, batch 8, two threads, in one process, tf.nn alongside, ms: AVX2 3x3
+        // 112x112x32 2.79 -> 2.37 (tf 2.28), 56x56x144 2.93 -> 2.75 (2.55), 3x3/2 112x112x96 2.72 -> 2.27
+        // (1.91); AVX-512 2.27 -> 2.12, 2.37 -> 2.22, 2.86 -> 2.58; 5x5 and 7x7 within 5% either way.
+        lines.put(out, acc, out.s.at(n, oh, ow0, o0), out.s.w, b, nb, o0, p.Co, 0, int(std::min<i64>(NP, p.OW - ow0)),
+                  u + 1 == u1);
       }
       if (stream) V::fence();
     });

@@ -164,15 +164,6 @@ struct KernelBase {
     return (native || half) && out.s.c == 1 && reinterpret_cast<std::uintptr_t>(out.base) % (a * bytes) == 0 &&
            out.s.w % a == 0 && out.s.h % a == 0 && out.s.d % a == 0 && out.s.n % a == 0 && elems * bytes >= kStreamBytes;
   }
-  // Whether blocks of nw vectors per pixel, channel blocks innermost, write half of each pixel's 64-byte
-  // lines (AVX2, one vector of floats), the next channel block the other half. Streamed, such a half
-  // line can leave the write-combining buffer before its other half arrives (a block of 7x7 depthwise
-  // folds takes ~350 fmas) and costs a partial write; those kernels hold an even channel block's vectors
-  // back and store them beside the odd block's, so each line's two halves go out back to back.
-  // AVX2, batch 8, two threads, in one process, tf.nn alongside, ms, streamed / paired / plain stores:
-  // depthwise 7x7 56x56x96 forward 13.5 / 7.5 / 8.7 (tf 7.3), dx 17.1 / 5.4 / 5.9 (tf 5.2); 5x5
-  // 28x28x240 forward 3.05 / 2.74 / 4.81 (tf 3.02), dx 3.32 / 2.36 / 2.91 (tf 2.91).
-  static constexpr bool stream_pairs(int nw) { return nw * sizeof(Vec) == 32; }
   // One vector of float lanes rounded to out's 16-bit type (float16 or bfloat16) at dst.
   static void store16(const OutSpec& out, std::uint16_t* dst, Vec v) {
     if (out.dtype == DType::kFloat16) V::store_half(dst, v);
@@ -253,6 +244,107 @@ struct KernelBase {
         return;
       }
       put_lanes(out, v, off, s.c, Co - ch, stream);
+    }
+    // Bytes of one vector of out (whole: out's own type; else, streamed, a 16-bit type).
+    int vector_bytes() const { return whole ? int(sizeof(Vec)) : kLanes * 2; }
+    // put's rounding of the vector of channels [ch, ch + kLanes), all below Co, into a staging buffer
+    // (LineStage) instead of out; stream_from then writes it to out at offset off, non-temporally.
+    void round_to(Vec v, i64 ch, unsigned char* dst) const {
+      if (bias) v = V::add(v, V::load(bias + ch));
+      if constexpr (sizeof(T) == 4)
+        if (!whole) return store16(out, reinterpret_cast<std::uint16_t*>(dst), v);
+      V::store(reinterpret_cast<T*>(dst), V::canon(v));
+    }
+    // Bytes of one element of out.
+    int elem_bytes() const { return whole ? int(sizeof(T)) : 2; }
+    // sizeof(Vec) bytes from src to out at offset off (its address sizeof(Vec)-aligned), non-temporally:
+    // copied as they are (moves do not touch the bits, NaNs included), whatever out's type.
+    void stream_raw(i64 off, const unsigned char* src) const {
+      V::stream(reinterpret_cast<T*>(static_cast<unsigned char*>(out.base) + off * elem_bytes()),
+                V::load(reinterpret_cast<const T*>(src)));
+    }
+    void stream_from(i64 off, const unsigned char* src) const {
+      if constexpr (sizeof(T) == 4)
+        if (!whole)
+          return V::stream16(static_cast<std::uint16_t*>(out.base) + off, reinterpret_cast<const std::uint16_t*>(src));
+      V::stream(static_cast<T*>(out.base) + off, V::load(reinterpret_cast<const T*>(src)));
+    }
+  };
+
+  // The stores of blocks of NP pixels x NW vectors, channel blocks innermost (the depthwise forward and
+  // input gradient). Streamed, a block narrower than a pixel's 64-byte line of out (AVX2: one vector of
+  // floats, 32 bytes; a 16-bit out: 16 bytes a vector on AVX2, 32 on AVX-512) writes part of each line,
+  // the next channel block the rest some hundreds of fmas later (a 7x7 block: ~350), and a part line
+  // can leave the write-combining buffer alone, as a partial write. The blocks of one line are staged
+  // instead, rounded as put rounds them, and stream out together once the line's last block, the pixel
+  // block's last channel block or the shard's last block is in. Blocks that fill lines (or an out that
+  // does not stream) go straight out, as does a last block with lanes past the channels.
+  // AVX2, float32, batch 8, two threads, in one process, tf.nn alongside, ms, streamed / paired (two
+  // blocks a line) / plain stores: depthwise 7x7 56x56x96 forward 13.5 / 7.5 / 8.7 (tf 7.3), dx 17.1 /
+  // 5.4 / 5.9 (tf 5.2); 5x5 28x28x240 forward 3.05 / 2.74 / 4.81 (tf 3.02), dx 3.32 / 2.36 / 2.91. On
+  // an AMD EPYC (Zen 4) the float32 pairs measured 5-10% slower than straight streams (7x7 dx 3.27 /
+  // 2.96); kept for Intel's 2-3x. float16 outputs there, staged / straight: AVX2 3x3 112x112x32 forward
+  // 2.94 / 3.48, 56x56x144 forward 2.70 / 3.18, 7x7 forward 4.09 / 4.44, the other depthwise cells within
+  // 6% either way; AVX-512 within 10% either way.
+  template <int NP, int NW>
+  struct LineStage {
+    alignas(64) unsigned char line[NP][64];
+    int per;         // channel blocks per line; 1: straight out
+    int vbytes;      // bytes of one vector of out
+    int first = 0;   // the line slot of the first block staged
+    int staged = 0;  // blocks staged from it
+    i64 at = 0;      // that block's out offset at pixel 0
+    LineStage(const BlockOut& out, bool stream) : vbytes(out.vector_bytes()) {
+      const int block = NW * vbytes;
+      per = stream && block < 64 ? 64 / block : 1;
+    }
+    // Block b of nb (channels from c0; Co in all) of pixels [from, to), pixel q's first channel at out
+    // offset at0 + q * step. last: the shard's last block. Blocks inside the row (from 0, to NP) store
+    // straight from registers, fully unrolled (a loop bounded at run time left GCC spilling the
+    // accumulators); acc by reference into this always-inlined call keeps them in registers.
+    inline __attribute__((always_inline)) void put(const BlockOut& out, const Vec (&acc)[NP][NW], i64 at0, i64 step,
+                                                   i64 b, i64 nb, i64 c0, i64 Co, int from, int to, bool last) {
+      auto each = [&](auto&& f) __attribute__((always_inline)) {
+        if (from == 0 && to == NP) {
+#pragma GCC unroll 16
+          for (int q = 0; q < NP; ++q) f(q);
+        } else {
+          for (int q = from; q < to; ++q) f(q);
+        }
+      };
+      if (per == 1 || c0 + NW * kLanes > Co) {
+        if (staged) flush(out, step, from, to);
+        each([&](int q) __attribute__((always_inline)) {
+#pragma GCC unroll 16
+          for (int j = 0; j < NW; ++j) out.put(acc[q][j], at0 + q * step + j * kLanes * out.s.c, c0 + j * kLanes, Co);
+        });
+        return;
+      }
+      const int slot = int(b % per);
+      if (!staged) first = slot, at = at0;
+      ++staged;
+      each([&](int q) __attribute__((always_inline)) {
+#pragma GCC unroll 16
+        for (int j = 0; j < NW; ++j) out.round_to(acc[q][j], c0 + j * kLanes, line[q] + (slot * NW + j) * vbytes);
+      });
+      if (slot == per - 1 || b + 1 == nb || last) flush(out, step, from, to);
+    }
+    // The staged blocks out, pixel by pixel, in order. A 16-bit out's vectors are narrower than the ISA's
+    // (16 or 32 bytes): where the staged bytes fill whole aligned ISA vectors at every pixel they go out
+    // as those (AVX2 56x56x144 forward 3.21 -> 2.70 ms, the other cells within 5% either way).
+    void flush(const BlockOut& out, i64 step, int from, int to) {
+      const int n = staged * NW, eb = out.elem_bytes();
+      constexpr int kVb = int(sizeof(Vec));
+      const auto addr = reinterpret_cast<std::uintptr_t>(out.out.base) + std::uintptr_t(at * eb);
+      if (vbytes < kVb && (n * vbytes) % kVb == 0 && addr % kVb == 0 && (step * eb) % kVb == 0) {
+        for (int q = from; q < to; ++q)
+          for (int k = 0; k < n * vbytes / kVb; ++k)
+            out.stream_raw(at + q * step + k * (kVb / eb), line[q] + first * NW * vbytes + k * kVb);
+      } else {
+        for (int q = from; q < to; ++q)
+          for (int k = 0; k < n; ++k) out.stream_from(at + q * step + k * kLanes, line[q] + (first * NW + k) * vbytes);
+      }
+      staged = 0;
     }
   };
 
@@ -560,6 +652,8 @@ struct KernelBase {
   using typename Base::TapSpan;           \
   using typename Base::PixelRun;          \
   using typename Base::BlockOut;          \
+  template <int NP, int NW>               \
+  using LineStage = typename Base::template LineStage<NP, NW>; \
   using Base::fold_padded_run;            \
   using typename Base::InnerCounter;      \
   using Base::repeat_channels;            \
