@@ -13,7 +13,7 @@
 // cost about as much as the kernel.
 template <class V>
 bool fprop_takes_half(const ConvProblem& p) {
-  return WgradKernels<V>::dw33(p) || FpropKernels<V>::gemm(p);
+  return FpropKernels<V>::dw_sweep_half(p) || FpropKernels<V>::gemm(p);
 }
 template <class V>
 bool dgrad_takes_half(const ConvProblem& p) {
