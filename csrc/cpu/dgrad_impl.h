@@ -678,8 +678,7 @@ struct DgradKernels : KernelBase<V> {
   // 56x56x144 3.39 -> 2.69, 5x5 28x28x240 2.43 -> 1.48, 14x14x672 2.30 -> 1.09, 7x7 56x56x96 5.71 ->
   // 2.84; AVX2 4.86 -> 3.95, 3.45 -> 2.15, 3.12 -> 2.86, 7.31 -> 3.78.
   static bool dw_sweep(const ConvProblem& p) {
-    return !pixel_lanes(p) && p.Cg == 1 && p.Cog() == 1 && dw_sweep_width(p.KW) && p.dw == 1 &&
-           (p.sw == 1 || p.sw == 2);
+    return !pixel_lanes(p) && p.Cg == 1 && p.Cog() == 1 && Base::dw_sweeps(p);
   }
 
   template <class S>

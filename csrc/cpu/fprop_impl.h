@@ -759,7 +759,7 @@ struct FpropKernels : KernelBase<V> {
   template <class S>
   static bool fprop_dw_sweep(const ConvProblem& p, const Rows<S>& x, const T* f, const T* bias, const OutSpec& y,
                              const CpuExecutor& ex) {
-    if (!dw_sweep_width(p.KW) || p.dw != 1 || (p.sw != 1 && p.sw != 2)) return false;
+    if (!Base::dw_sweeps(p)) return false;
     with_dw_sweep_width(p.KW, [&](auto kw_c) {
       constexpr int KW = decltype(kw_c)::value, NW = dw_sweep_vectors(KW);
       if (p.sw == 1) fprop_dw<dw_sweep_pixels(KW), NW, 1, S, KW>(p, x, f, bias, y, ex);
@@ -778,7 +778,7 @@ struct FpropKernels : KernelBase<V> {
   // no repeated channels). Once 3x3 only; the 5- and 7-wide sweeps widened x into a float copy first
   // (AVX2, AMD Zen 4, batch 8, two threads, float16 against our float32: 5x5 28x28x240 forward 0.61).
   static bool dw_sweep_half(const ConvProblem& p) {
-    return Base::depthwise(p) && p.Cog() == 1 && dw_sweep_width(p.KW) && p.dw == 1 && (p.sw == 1 || p.sw == 2);
+    return Base::depthwise(p) && p.Cog() == 1 && Base::dw_sweeps(p);
   }
 
   // float16 x read in place: fprop_takes_half (kernels_impl.h) chose this problem, a 1x1 GEMM or a

@@ -64,6 +64,8 @@ struct KernelBase {
   // 1 or 2 and no width dilation; other widths take the per-tap blocks. Wider filters sweep one vector,
   // so a row's KW filter vectors stay in registers beside the block's accumulators (AVX2: 16 registers).
   static constexpr bool dw_sweep_width(i64 kw) { return kw == 3 || kw == 5 || kw == 7; }
+  // The depthwise-like problems whose shape the sweeps take (the callers add their channel conditions).
+  static bool dw_sweeps(const ConvProblem& p) { return dw_sweep_width(p.KW) && p.dw == 1 && (p.sw == 1 || p.sw == 2); }
   static constexpr int dw_sweep_vectors(int kw) { return kw == 3 ? DW3W : 1; }
   // Output pixels per width-stride-1 sweep block (forward and input gradient): 8 vectors of accumulators;
   // with 16 registers (AVX2) 7 pixels for 5- and 7-wide filters, where 8 accumulators, KW filter vectors
@@ -250,8 +252,9 @@ struct KernelBase {
         if (half && !stream && Co - ch >= kLanes) return store16(out, static_cast<std::uint16_t*>(out.base) + off, v);
       put_lanes(out, v, off, s.c, Co - ch, stream);
     }
-    // Bytes of one vector of out (whole: out's own type; else, streamed, a 16-bit type).
-    int vector_bytes() const { return whole ? int(sizeof(Vec)) : kLanes * 2; }
+    // Bytes of one element of out (whole: out's own type; else, streamed, a 16-bit type), of one vector.
+    int elem_bytes() const { return whole ? int(sizeof(T)) : 2; }
+    int vector_bytes() const { return kLanes * elem_bytes(); }
     // put's rounding of the vector of channels [ch, ch + kLanes), all below Co, into a staging buffer
     // (LineStage) instead of out; stream_from then writes it to out at offset off, non-temporally.
     void round_to(Vec v, i64 ch, unsigned char* dst) const {
@@ -260,8 +263,6 @@ struct KernelBase {
         if (!whole) return store16(out, reinterpret_cast<std::uint16_t*>(dst), v);
       V::store(reinterpret_cast<T*>(dst), V::canon(v));
     }
-    // Bytes of one element of out.
-    int elem_bytes() const { return whole ? int(sizeof(T)) : 2; }
     // sizeof(Vec) bytes from src to out at offset off (its address sizeof(Vec)-aligned), non-temporally:
     // copied as they are (moves do not touch the bits, NaNs included), whatever out's type.
     void stream_raw(i64 off, const unsigned char* src) const {
