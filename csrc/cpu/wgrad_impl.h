@@ -537,26 +537,30 @@ struct WgradKernels : KernelBase<V> {
       // stay in L1 while the chunk's dy rows of the group's channels (o_group) stay in L2. With
       // o_outer, bi and bl trade places (... *og + bl)*ib + bi. Either way each unit folds its own
       // outputs of chunk k, so the order moves no bit.
-      i64 rem = u0, bl, bi;
-      if (o_outer) { bi = rem % ib; rem /= ib; bl = rem % og; rem /= og; }
-      else { bl = rem % og; rem /= og; bi = rem % ib; rem /= ib; }
+      i64 bl = 0, bi = 0;
+      i64 &inner = o_outer ? bi : bl, &outer = o_outer ? bl : bi;  // counted as the unit order has them
+      const i64 ninner = o_outer ? ib : og, nouter = o_outer ? og : ib;
+      i64 rem = u0;
+      inner = rem % ninner; rem /= ninner;
+      outer = rem % nouter; rem /= nouter;
       i64 bg = rem % ng; rem /= ng;
       i64 kw = rem % kwn; rem /= kwn;
       i64 kh = rem % p.KH; rem /= p.KH;
       i64 g = rem % p.G, k = rem / p.G;
       for (i64 u = u0; u < u1; ++u) {
-        bool up = false;
-        if (u > u0) {
-          if (o_outer) { if (++bi == ib) { bi = 0; if (++bl == og) { bl = 0; up = true; } } }
-          else if (++bl == og) { bl = 0; if (++bi == ib) { bi = 0; up = true; } }
-        }
-        if (up && ++bg == ng) {
-          bg = 0;
-          if (++kw == kwn) {
-            kw = 0;
-            if (++kh == p.KH) {
-              kh = 0;
-              if (++g == p.G) { g = 0; ++k; }
+        if (u > u0 && ++inner == ninner) {
+          inner = 0;
+          if (++outer == nouter) {
+            outer = 0;
+            if (++bg == ng) {
+              bg = 0;
+              if (++kw == kwn) {
+                kw = 0;
+                if (++kh == p.KH) {
+                  kh = 0;
+                  if (++g == p.G) { g = 0; ++k; }
+                }
+              }
             }
           }
         }
