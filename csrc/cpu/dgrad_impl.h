@@ -768,7 +768,8 @@ struct DgradKernels : KernelBase<V> {
     // 28x28x128 5.48 -> 5.11, 14x14x256 5.50 -> 5.06, 7x7x512 5.62 -> 5.33, 19x19x128 3.06 -> 2.54 (2.89
     // with the last 7 running past the row), C3D block 65.9 -> 61.3. AVX2's rows end in narrower blocks
     // instead (tail blocks: no waste; 3x3 14x14x256 in one process, 3x4 tile against them: 9.25 vs 8.89 ms
-    // and 8.94 vs 8.64).
+    // and 8.94 vs 8.64; again with the 3x4 tile at 7 loads, AMD Zen 4, two runs: 56x56x64 10.98, 11.55 vs
+    // 10.89, 10.96; 14x14x256 10.22, 10.04 vs 9.68, 9.30; 7x7x512 11.81, 11.77 vs 10.78, 10.60).
     if (Base::PG == Base::PD && wide_dx(p)) dgrad_dense<DXP, DXW, DXMIN>(p, dy, f, dx, ex);
     else if (Base::sevens(p.W, Base::PD) && p.sw == 1) dgrad_dense<7>(p, dy, f, dx, ex);
     else if (Base::PG > Base::PD) dgrad_tail_blocks(p, dy, f, dx, ex);
