@@ -143,8 +143,10 @@ struct DgradKernels : KernelBase<V> {
           Vec acc[NB][NW];
           for (int q = 0; q < NB; ++q)
             for (int j = 0; j < NW; ++j) acc[q][j] = V::zero();
-          const bool interior = p.sw == 1 && iw[NB - 1] >= 0 && iw[0] + p.pl - (p.KW - 1) * p.dw >= 0 &&
-                                iw[0] + NB - 1 + p.pl < p.OW;
+          // Stride 1: the pixels are consecutive columns, so every tap reaches every pixel where the first
+          // pixel reaches the last tap and the last pixel the first tap (order.h, dgrad_out_col).
+          const bool interior = p.sw == 1 && iw[NB - 1] >= 0 && dgrad_out_col(p, iw[0], p.KW - 1) >= 0 &&
+                                dgrad_out_col(p, iw[NB - 1], 0) >= 0;
           if (interior && list_nb == NB) {
             for (i64 k = 0; k < listed; ++k) tap_x[k] += (iw[0] - list_iw) * p.Co;
           } else {
