@@ -270,13 +270,14 @@ def test_large_outputs_streamed(rng, stride, dtype, k):
             assert_bits_equal(got, want_dx, f"{isa} dx")
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_large_dense_outputs_streamed(rng, dtype):
+@pytest.mark.parametrize("dtype,wide", [("float32", 1040), ("float16", 1040), ("float16", 1056), ("bfloat16", 1056)])
+def test_large_dense_outputs_streamed(rng, dtype, wide):
     # The dense kernels stream outputs of 4 MiB and more too: the forward's register blocks (3x3 and, on
     # AVX-512, 1x1), the 1x1 GEMM (forward on AVX2, input gradient on both) and the dense input gradient.
-    # 1040 channels: a partial last block on every path, whose short vectors take ordinary stores.
+    # 1040 channels: a partial last block on every path, whose short vectors take ordinary stores. 1056:
+    # 64-byte-aligned pixel lines, where the 1x1 GEMM's 16-bit blocks narrower than a line (AVX2: two to a
+    # line) stage a line's blocks and stream it whole (fprop_1x1); 1040's unaligned lines take plain stores.
     h = 32 if dtype == "float32" else 64
-    wide = 1040
     x1, f1 = rand(rng, (1, h, 32, 64), dtype), rand(rng, (1, 1, 64, wide), dtype)
     x3, f3 = rand(rng, (1, h, 32, 8), dtype), rand(rng, (3, 3, 8, wide), dtype)
     dy1, g1 = rand(rng, (1, h, 32, 64), dtype), rand(rng, (1, 1, wide, 64), dtype)
