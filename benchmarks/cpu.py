@@ -264,7 +264,7 @@ def _table(rows, args, tf, dc, threads, elapsed, peak):
                 out.append(f"  {p:>3}: {math.exp(sum(math.log(v) for v in rp) / len(rp)):.3f}")
     out.append(f"batch {args.batch}, {args.dtype}, detconv accumulation {args.accumulation or 'default'}, "
                f"detconv CPU path {dc.cpu_isa()}, intra-op threads {threads}, median of {args.repeats} after "
-               f"{args.warmup} warm-up, TensorFlow {tf.__version__}, {elapsed:.0f} s")
+               f"{args.warmup} warm-up, TensorFlow {tf.__version__} (oneDNN {os.environ.get('TF_ENABLE_ONEDNN_OPTS') or 'default'}), {elapsed:.0f} s")
     out.append(f"%pk: fraction of the measured float32 FMA peak, {peak:.1f} GFLOP/s "
                f"({dc.cpu_isa()} fma loop on {_peak_threads(args)} threads)")
     return "\n".join(out)
@@ -313,6 +313,10 @@ def _png(path, rows):
 def main(argv=None):
     args = _parse_args(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # The peer is TensorFlow's oneDNN path, its fastest on CPUs, which its x86 builds enable by default only on
+    # some CPUs (with AVX-512 VNNI, BF16 or AMX): on an AVX2-only AMD EPYC its own kernels ran instead (3-D
+    # input gradient 943 ms against oneDNN's ~170). TF_ENABLE_ONEDNN_OPTS=0 measures those.
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
     import numpy as np
     import tensorflow as tf
 

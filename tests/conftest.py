@@ -2,6 +2,13 @@ import os
 import zlib
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# TensorFlow's x86 builds turn their oneDNN kernels on by default only on some CPUs (with AVX-512 VNNI, BF16
+# or AMX); elsewhere (an AVX2-only AMD EPYC, say) its own kernels run, which reject some calls the oneDNN path
+# accepts (unequal depthwise strides, NCHW conv1d) and give other values in some 3-D cases. The tests that
+# hold detconv to tf.nn's accepted calls and to the stock Keras layers' values mean the oneDNN path, so it is
+# on everywhere; TensorFlow's own kernels are asked for by name where a test compares with them
+# (test_tfnn_parity's child processes set it to 0).
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 import numpy as np
 import pytest
