@@ -108,6 +108,7 @@ CASES_2D_KERNELS = [
 # and 7-wide depthwise filters (their forward passes and filter gradients convert). 1x1 GEMM forward and
 # input gradient, widened per block of pixels: pixels of 124 channels (vectors past each pixel), and
 # folds past one 32 KiB filter chunk (200 input, 192 output channels) with a last block past the pixels.
+# Input gradients of grouped layers on lanes across groups, widened per vector.
 # (1x1 filter gradients widened per chunk: test_kernels.py, a layer past 16 MiB of float x and dy.)
 CASES_HALF_DIRECT = [
     ("dw3-s1-same", (2, 6, 37, 20), (3, 3, 1, 20), 1, 1, "SAME"),
@@ -119,6 +120,8 @@ CASES_HALF_DIRECT = [
     ("dw7-s2-same", (1, 7, 29, 18), (7, 7, 1, 18), 2, 1, "SAME"),
     ("1x1-gemm-c124", (1, 3, 7, 124), (1, 1, 124, 124), 1, 1, "VALID"),
     ("1x1-gemm-chunks", (2, 3, 11, 200), (1, 1, 200, 192), 1, 1, "SAME"),
+    ("groups-lanes-4x4", (2, 6, 11, 32), (3, 3, 4, 32), 1, 1, "SAME"),  # input gradient, lanes across groups
+    ("groups-lanes-2x2-s2", (1, 7, 13, 12), (3, 3, 2, 12), 2, 1, ((1, 0), (2, 1))),
 ]
 
 # (name, x shape NDHWC, filter DHWIO, strides, dilations, padding (reference form))

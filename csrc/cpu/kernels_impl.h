@@ -17,7 +17,7 @@ bool fprop_takes_half(const ConvProblem& p) {
 }
 template <class V>
 bool dgrad_takes_half(const ConvProblem& p) {
-  return DgradKernels<V>::dw_sweep(p) || DgradKernels<V>::gemm(p);
+  return DgradKernels<V>::dw_sweep(p) || DgradKernels<V>::grouped_dx_lanes(p) || DgradKernels<V>::gemm(p);
 }
 template <class V>
 bool wgrad_takes_half(const ConvProblem& p) {
