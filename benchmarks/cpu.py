@@ -315,7 +315,7 @@ def main(argv=None):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # The peer is TensorFlow's oneDNN path, its fastest on CPUs, which its x86 builds enable by default only on
     # some CPUs (with AVX-512 VNNI, BF16 or AMX): on an AVX2-only AMD EPYC its own kernels ran instead (3-D
-    # input gradient 943 ms against oneDNN's ~170). TF_ENABLE_ONEDNN_OPTS=0 measures those.
+    # input gradient 943 ms against oneDNN's 154). TF_ENABLE_ONEDNN_OPTS=0 measures those.
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
     import numpy as np
     import tensorflow as tf
