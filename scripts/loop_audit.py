@@ -61,6 +61,52 @@ def compile_unit(isa, out_dir, cxx=None):
     return obj
 
 
+def build_trees(root=ROOT):
+    """CMake build trees that may hold the kernel objects: setup.py's (`pip install .` builds in
+    build/temp.*/cmake of the checkout) and $DETCONV_BUILD_DIR (a build of one's own)."""
+    trees = sorted(Path(root).glob("build/temp.*/cmake"))
+    if os.environ.get("DETCONV_BUILD_DIR"):
+        trees.insert(0, Path(os.environ["DETCONV_BUILD_DIR"]))
+    return trees
+
+
+def _ninja_rule(build_ninja: Path, obj_rel: str):
+    """(source, FLAGS) of the Ninja edge that builds obj_rel, or None."""
+    lines = build_ninja.read_text().splitlines()
+    for k, line in enumerate(lines):
+        if line.startswith(f"build {obj_rel}:"):
+            source = line.split(":", 1)[1].split()[1]  # "build obj: RULE source || deps"
+            for rest in lines[k + 1:]:
+                if not rest.startswith(" "):
+                    break
+                key, _, value = rest.strip().partition(" = ")
+                if key == "FLAGS":
+                    return source, value.split()
+            return source, []
+    return None
+
+
+def built_unit(isa, trees=None, root=ROOT):
+    """The object a CMake (Ninja) build made of this checkout's kernels_<isa>.cc, if one is current: built
+    from this very source with every flag compile_unit passes, and newer than every file under csrc/
+    (all the unit can include of ours; Ninja keeps the exact list in its own binary log). Otherwise
+    None, and compile_unit makes one (minutes per ISA). CI installs with `pip install .` just before
+    the tests, so they audit the object that ships."""
+    src = (Path(root) / "csrc" / "cpu" / f"kernels_{isa}.cc").resolve()
+    obj_rel = f"CMakeFiles/detconv_cpu.dir/csrc/cpu/kernels_{isa}.cc.o"
+    newest = max(f.stat().st_mtime for f in (Path(root) / "csrc").rglob("*") if f.is_file())
+    for tree in build_trees(root) if trees is None else trees:
+        obj, ninja = Path(tree) / obj_rel, Path(tree) / "build.ninja"
+        if not (obj.is_file() and ninja.is_file()) or obj.stat().st_mtime < newest:
+            continue
+        rule = _ninja_rule(ninja, obj_rel)
+        if rule is None or (Path(tree) / rule[0]).resolve() != src:  # (an absolute source path stays itself)
+            continue
+        if all(flag in rule[1] for flag in [*COMMON_FLAGS, *UNIT_FLAGS[isa]]):  # not a Debug build, say
+            return obj
+    return None
+
+
 def disassemble(obj):
     return subprocess.run(["objdump", "-d", "--no-show-raw-insn", "-C", str(obj)], check=True,
                           capture_output=True, text=True).stdout
@@ -123,7 +169,9 @@ def main(argv=None):
     bad = 0
     with tempfile.TemporaryDirectory() as tmp:
         for isa in args.isa:
-            found = [lp for lp in loops(disassemble(compile_unit(isa, tmp))) if lp.fmas >= args.min_fma]
+            obj = built_unit(isa) or compile_unit(isa, tmp)
+            print(f"{isa}: {obj}")
+            found = [lp for lp in loops(disassemble(obj)) if lp.fmas >= args.min_fma]
             worst = sorted(found, key=lambda lp: (-lp.stack, -lp.fmas))
             v = violations(found, args.min_fma, args.max_stack)
             bad += len(v)

@@ -1,7 +1,9 @@
 """scripts/loop_audit.py: the loop finder on synthetic disassembly (fast), and the
 register blocks of the main float32 tiles of AVX-512 and AVX2 compiled for real:
 their fold loops keep the accumulators in registers (needs a C++ compiler and
-objdump on x86-64; DETCONV_SKIP_LOOP_AUDIT=1 skips; about a minute per ISA)."""
+objdump on x86-64; DETCONV_SKIP_LOOP_AUDIT=1 skips). The objects come from the
+build tree `pip install .` left in the checkout when they are current
+(loop_audit.built_unit: seconds), else they are compiled here (minutes per ISA)."""
 
 import os
 import platform
@@ -54,6 +56,39 @@ def test_flags_are_cmakes():
             assert flag in cmake, flag
 
 
+def _build_tree(root, isa, flags, source=None):
+    """A fake checkout with one source and header, and a Ninja tree that built kernels_<isa>.cc."""
+    (root / "csrc" / "cpu").mkdir(parents=True, exist_ok=True)
+    (root / "csrc" / "detconv").mkdir(exist_ok=True)
+    src = root / "csrc" / "cpu" / f"kernels_{isa}.cc"
+    src.write_text("// unit\n")
+    (root / "csrc" / "detconv" / "order.h").write_text("// header\n")
+    tree = root / "build" / "temp.linux-x86_64-cpython-311" / "cmake"
+    obj_rel = f"CMakeFiles/detconv_cpu.dir/csrc/cpu/kernels_{isa}.cc.o"
+    (tree / obj_rel).parent.mkdir(parents=True)
+    (tree / "build.ninja").write_text(
+        f"build {obj_rel}: CXX_COMPILER__detconv_cpu_unscanned_Release {source or src} || order_deps\n"
+        f"  DEFINES = -DX\n  FLAGS = {' '.join(flags)}\n\nbuild other.o: CXX {src}\n")
+    obj = tree / obj_rel
+    obj.write_bytes(b"")
+    os.utime(obj, (2e9, 2e9))  # built after every source
+    return tree, obj
+
+
+def test_built_unit_only_when_current_and_same_flags(tmp_path):
+    flags = [*la.COMMON_FLAGS, *la.UNIT_FLAGS["avx2"], "-Wall"]
+    tree, obj = _build_tree(tmp_path / "a", "avx2", flags)
+    assert la.built_unit("avx2", root=tmp_path / "a") == obj
+    assert la.built_unit("avx512", root=tmp_path / "a") is None  # no such object
+    os.utime(tmp_path / "a" / "csrc" / "detconv" / "order.h", (3e9, 3e9))  # a header edited since
+    assert la.built_unit("avx2", root=tmp_path / "a") is None
+    tree, obj = _build_tree(tmp_path / "b", "avx2", [f for f in flags if f != "-frounding-math"])
+    assert la.built_unit("avx2", root=tmp_path / "b") is None  # built with other flags
+    tree, obj = _build_tree(tmp_path / "c", "avx2", flags, source="/elsewhere/csrc/cpu/kernels_avx2.cc")
+    assert la.built_unit("avx2", root=tmp_path / "c") is None  # another checkout's object
+    assert la.built_unit("avx2", trees=[], root=tmp_path / "a") is None
+
+
 def _can_compile():
     return (platform.machine() in ("x86_64", "AMD64") and shutil.which("objdump")
             and (os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")))
@@ -84,7 +119,7 @@ MAX_STACK = 4
 @pytest.mark.skipif(not _can_compile(), reason="needs x86-64, a C++ compiler and objdump")
 @pytest.mark.parametrize("isa", sorted(TILES))
 def test_main_tiles_keep_accumulators_in_registers(isa, tmp_path):
-    found = la.loops(la.disassemble(la.compile_unit(isa, tmp_path)))
+    found = la.loops(la.disassemble(la.built_unit(isa) or la.compile_unit(isa, tmp_path)))
     for name, fmas in TILES[isa].items():
         pat = re.compile(r"(^|::)" + re.escape(name) + r"\(")
         folds = [lp for lp in found if pat.search(lp.function) and lp.fmas >= fmas]
