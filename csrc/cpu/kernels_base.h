@@ -163,8 +163,14 @@ struct KernelBase {
     const bool native = out.dtype == (sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32);
     const bool half = sizeof(T) == 4 && (out.dtype == DType::kFloat16 || out.dtype == DType::kBFloat16);
     const i64 bytes = native ? i64(sizeof(T)) : 2;  // per element of out
-    return (native || half) && out.s.c == 1 && reinterpret_cast<std::uintptr_t>(out.base) % (a * bytes) == 0 &&
-           out.s.w % a == 0 && out.s.h % a == 0 && out.s.d % a == 0 && out.s.n % a == 0 && elems * bytes >= kStreamBytes;
+    return (native || half) && out.s.c == 1 && aligned_to(out, a * bytes, bytes) && elems * bytes >= kStreamBytes;
+  }
+  // Whether out's base and every pixel's first element (elements `elem_bytes` wide) lie on `bytes`
+  // boundaries: whole vectors (streamable), or whole 64-byte lines (fprop_1x1's staged 16-bit lines).
+  static bool aligned_to(const OutSpec& out, i64 bytes, i64 elem_bytes) {
+    const i64 e = bytes / elem_bytes;
+    return reinterpret_cast<std::uintptr_t>(out.base) % bytes == 0 && out.s.w % e == 0 && out.s.h % e == 0 &&
+           out.s.d % e == 0 && out.s.n % e == 0;
   }
   // One vector of float lanes rounded to out's 16-bit type (float16 or bfloat16) at dst.
   static void store16(const OutSpec& out, std::uint16_t* dst, Vec v) {
