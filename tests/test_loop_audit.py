@@ -57,7 +57,7 @@ def test_flags_are_cmakes():
 
 
 def _build_tree(root, isa, flags, source=None):
-    """A fake checkout with one source and header, and a Ninja tree that built kernels_<isa>.cc."""
+    """A fake checkout with one source and header, and a Ninja tree that built kernels_<isa>.cc: its object."""
     (root / "csrc" / "cpu").mkdir(parents=True, exist_ok=True)
     (root / "csrc" / "detconv").mkdir(exist_ok=True)
     src = root / "csrc" / "cpu" / f"kernels_{isa}.cc"
@@ -72,19 +72,19 @@ def _build_tree(root, isa, flags, source=None):
     obj = tree / obj_rel
     obj.write_bytes(b"")
     os.utime(obj, (2e9, 2e9))  # built after every source
-    return tree, obj
+    return obj
 
 
 def test_built_unit_only_when_current_and_same_flags(tmp_path):
     flags = [*la.COMMON_FLAGS, *la.UNIT_FLAGS["avx2"], "-Wall"]
-    tree, obj = _build_tree(tmp_path / "a", "avx2", flags)
+    obj = _build_tree(tmp_path / "a", "avx2", flags)
     assert la.built_unit("avx2", root=tmp_path / "a") == obj
     assert la.built_unit("avx512", root=tmp_path / "a") is None  # no such object
     os.utime(tmp_path / "a" / "csrc" / "detconv" / "order.h", (3e9, 3e9))  # a header edited since
     assert la.built_unit("avx2", root=tmp_path / "a") is None
-    tree, obj = _build_tree(tmp_path / "b", "avx2", [f for f in flags if f != "-frounding-math"])
+    _build_tree(tmp_path / "b", "avx2", [f for f in flags if f != "-frounding-math"])
     assert la.built_unit("avx2", root=tmp_path / "b") is None  # built with other flags
-    tree, obj = _build_tree(tmp_path / "c", "avx2", flags, source="/elsewhere/csrc/cpu/kernels_avx2.cc")
+    _build_tree(tmp_path / "c", "avx2", flags, source="/elsewhere/csrc/cpu/kernels_avx2.cc")
     assert la.built_unit("avx2", root=tmp_path / "c") is None  # another checkout's object
     assert la.built_unit("avx2", trees=[], root=tmp_path / "a") is None
 

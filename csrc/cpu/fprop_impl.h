@@ -411,7 +411,7 @@ struct FpropKernels : KernelBase<V> {
     // forward 9.21 / 8.17 / 7.38 and 11.86 / 11.01 / 9.37, 256->64 input gradient 9.47 / 9.78 / 8.06
     // and 11.32 / 9.92 / 8.54 (our float32 7.46 and 8.94; 6.91 and 8.59); bfloat16 alike.
     constexpr int kLine = 64, kHalfBlock = BF * 2;
-    const bool part_lines = stream && BlockOut(y, stream, nullptr).half && kHalfBlock < kLine;
+    const bool part_lines = stream && Base::half_out(y) && kHalfBlock < kLine;  // (stream: channels contiguous)
     const i64 per = part_lines && kLine % kHalfBlock == 0 && Base::aligned_to(y, kLine, 2) ? kLine / kHalfBlock : 1;
     ex.parallel_for(ceil_div(M, MB) * nb, MB * K * BF, [&](i64 u0, i64 u1) {
       FpEnv guard;

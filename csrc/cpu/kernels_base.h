@@ -152,6 +152,12 @@ struct KernelBase {
   // float lanes), channels contiguous, and the base and pixel strides vector-aligned. Worth it once
   // out is larger than the cache it would otherwise pass through (write-allocate reads each line
   // before writing it).
+  // Whether out holds the lanes' own type (float32 for float lanes, float64 for double), or a 16-bit
+  // type that float lanes are rounded to (float16, bfloat16).
+  static bool native_out(const OutSpec& out) { return out.dtype == (sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32); }
+  static bool half_out(const OutSpec& out) {
+    return sizeof(T) == 4 && (out.dtype == DType::kFloat16 || out.dtype == DType::kBFloat16);
+  }
   static bool streamable(const OutSpec& out, i64 elems) {
     // 4 MiB: past a core's L2 on the machines measured. Depthwise layers, batch 8, two threads, against
     // 32 MiB: 3x3 112x112x32 dx 2.13 -> 1.81 ms and forward 1.75 -> 1.56 ms, 56x56x144 dx 2.57 -> 1.86 ms
@@ -160,8 +166,7 @@ struct KernelBase {
     // Dense forward and dx outputs stream too (measured there: 1x1 layers 5-33% faster, 3x3 unchanged).
     constexpr i64 kStreamBytes = i64(4) << 20;
     const i64 a = sizeof(Vec) / sizeof(T);
-    const bool native = out.dtype == (sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32);
-    const bool half = sizeof(T) == 4 && (out.dtype == DType::kFloat16 || out.dtype == DType::kBFloat16);
+    const bool native = native_out(out), half = half_out(out);
     const i64 bytes = native ? i64(sizeof(T)) : 2;  // per element of out
     return (native || half) && out.s.c == 1 && aligned_to(out, a * bytes, bytes) && elems * bytes >= kStreamBytes;
   }
@@ -180,7 +185,7 @@ struct KernelBase {
   // One whole vector to out at base through a non-temporal store (put_lanes with `stream`).
   static void stream_vector(const OutSpec& out, Vec v, i64 base) {
     if constexpr (sizeof(T) == 4) {
-      if (out.dtype == DType::kFloat16 || out.dtype == DType::kBFloat16) {  // rounded as put_lanes, then streamed
+      if (half_out(out)) {  // rounded as put_lanes, then streamed
         alignas(64) std::uint16_t h[kLanes];
         store16(out, h, v);
         V::stream16(static_cast<std::uint16_t*>(out.base) + base, h);
@@ -199,7 +204,7 @@ struct KernelBase {
       stream_vector(out, v, base);
       return;
     }
-    if (stride == 1 && out.dtype == (sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32)) {
+    if (stride == 1 && native_out(out)) {
       T* dst = static_cast<T*>(out.base) + base;  // common case: no dtype switch per element
       if (n >= kLanes) {
         V::store(dst, V::canon(v));
@@ -211,7 +216,7 @@ struct KernelBase {
       return;
     }
     if constexpr (sizeof(T) == 4) {
-      if (out.dtype == DType::kFloat16 || out.dtype == DType::kBFloat16) {  // 16-bit outputs: vector rounding
+      if (half_out(out)) {  // 16-bit outputs: vector rounding
         std::uint16_t* dst = static_cast<std::uint16_t*>(out.base) + base;
         alignas(64) std::uint16_t h[kLanes];
         std::uint16_t* to = stride == 1 && n >= kLanes ? dst : h;  // whole vectors straight out, else scattered
@@ -241,8 +246,8 @@ struct KernelBase {
     bool stream, whole, half;  // half: a 16-bit out, channels contiguous
     BlockOut(const OutSpec& o, bool stream_, const T* bias_)
         : out(o), s(o.s), bias(bias_), stream(stream_),
-          whole(o.s.c == 1 && o.dtype == (sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32)),
-          half(sizeof(T) == 4 && o.s.c == 1 && (o.dtype == DType::kFloat16 || o.dtype == DType::kBFloat16)) {}
+          whole(o.s.c == 1 && native_out(o)),
+          half(o.s.c == 1 && half_out(o)) {}
     // The vector of channels [ch, ch + kLanes) (those below Co) at offset off, plus the bias. Whole
     // vectors of a 16-bit out are rounded here too, not in a call of put_lanes (AVX2, AMD Zen 4: 10% of
     // the float16 depthwise 5x5 28x28x240 forward's time was that call).
