@@ -4,6 +4,7 @@ Arguments take the same forms as tf.nn; every result follows docs/contract.md's
 order, so its bits depend only on the input bits and the problem shape.
 """
 
+import contextlib
 import ctypes
 import functools
 
@@ -21,6 +22,8 @@ except ImportError:  # pragma: no cover - a TensorFlow without it: pfor falls ba
     pass
 
 _DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
+_DTYPE_SET = frozenset(_DTYPES)
+_INT32_MAX = np.iinfo(np.int32).max
 _ISAS = {"auto": -1, "scalar": 0, "avx2": 1, "avx512": 2}
 
 
@@ -63,11 +66,54 @@ def _tf_nn_errors(fn):
     return wrapper
 
 
+# Eager calls pay for every line of Python around the op. On a small tensor the op itself takes 35-80 us and
+# the argument handling took 80-200 us more before the caches and shortcuts below (_scope, _CONV_ARGS,
+# _tensors' first lines, _INT32_OF): depthwise input gradient of 1x4x4x8 285 -> 147 us, conv2d 118 -> 88
+# (docs/performance.md, "thirty-fifth pass").
+
+
+def _scope(name, default):
+    """tf.name_scope where ops get names (graphs, tf.function); eagerly none, since op names do not exist there."""
+    return contextlib.nullcontext() if tf.executing_eagerly() else tf.name_scope(name or default)
+
+
+def _plain(value):
+    """value as a hashable key where it is built of Python ints, strings and None only (lists as tuples), else
+    _UNPLAIN: other forms (floats, NumPy values, tensors) are normalized afresh on every call."""
+    kind = type(value)
+    if value is None or kind is int or kind is str:
+        return value
+    if kind is not list and kind is not tuple:
+        return _UNPLAIN
+    items = []
+    for v in value:
+        v = v if type(v) is int else _plain(v)
+        if v is _UNPLAIN:
+            return _UNPLAIN
+        items.append(v)
+    return tuple(items)
+
+
+_UNPLAIN = object()
+_CONV_ARGS = {}
+
+
 def _conv_args(data_format, strides, dilations, padding, ndims=2):
-    """tf.nn-style arguments -> (data_format, strides, dilations, padding mode, explicit paddings), N values each."""
-    data_format = _args.data_format(data_format, ndims)
-    return (data_format, _args.spatial(strides, "strides", data_format, ndims),
-            _args.spatial(dilations, "dilations", data_format, ndims), *_args.padding(padding, data_format, ndims))
+    """tf.nn-style arguments -> (data_format, strides, dilations, padding mode, explicit paddings), N values each.
+    Plain forms are normalized once (_CONV_ARGS); the lists returned are always fresh."""
+    key = (ndims, _plain(data_format), _plain(strides), _plain(dilations), _plain(padding))
+    cacheable = _UNPLAIN not in key
+    hit = _CONV_ARGS.get(key) if cacheable else None
+    if hit is None:
+        df = _args.data_format(data_format, ndims)
+        hit = (df, _args.spatial(strides, "strides", df, ndims), _args.spatial(dilations, "dilations", df, ndims),
+               *_args.padding(padding, df, ndims))
+        if cacheable:
+            if len(_CONV_ARGS) >= 1024:
+                _CONV_ARGS.clear()
+            _CONV_ARGS[key] = hit
+    df, st, dl, mode, explicit = hit
+    return df, list(st), list(dl), mode, list(explicit)
 
 
 def _tensors(named):
@@ -76,6 +122,11 @@ def _tensors(named):
     dtypes are an error."""
     def is_tensor(v):
         return isinstance(v, (tf.Tensor, tf.Variable))
+
+    out = [v for _, v in named]
+    dtype = out[0].dtype if isinstance(out[0], tf.Tensor) else None
+    if dtype in _DTYPE_SET and all(isinstance(v, tf.Tensor) and v.dtype is dtype for v in out):
+        return out  # tensors of one supported dtype (DTypes are interned): as they are, as the rules below say
 
     # the call's dtype: its first tensor's, else its first array's
     typed = [v for _, v in named if is_tensor(v)] or [v for _, v in named if hasattr(v, "dtype")]
@@ -106,12 +157,16 @@ _HOST_CONSTANTS = {}
 
 
 def _host_constant(values, dtype):
-    """Sizes known on the host as a constant; eagerly one cached constant, since a fresh one per call costs
-    about as much as a small convolution (three per backprop call: 140 -> 60 us for an input gradient of
-    4x4x8). In a graph, a constant of the graph."""
+    """Sizes known on the host (a list of ints or an integer array) as a constant; eagerly one cached constant,
+    since a fresh one per call costs about as much as a small convolution (three per backprop call: 140 -> 60
+    us for an input gradient of 4x4x8). In a graph, a constant of the graph."""
     if not tf.executing_eagerly():
         return tf.constant(np.asarray(values, dtype))
-    key = (np.dtype(dtype).char, tuple(int(v) for v in np.ravel(values)), np.ndim(values))
+    if type(values) is list:
+        key = (dtype, 1, tuple(values))
+    else:
+        host = np.asarray(values)
+        key = (dtype, host.ndim, tuple(host.ravel().tolist()))
     t = _HOST_CONSTANTS.get(key)
     if t is None:
         if len(_HOST_CONSTANTS) >= 1024:
@@ -121,8 +176,11 @@ def _host_constant(values, dtype):
 
 
 def _int64_sizes(sizes, name):
-    if tf.executing_eagerly() and not isinstance(sizes, (tf.Tensor, tf.Variable)):
-        host = np.asarray(sizes.as_list() if isinstance(sizes, tf.TensorShape) else sizes)
+    if tf.executing_eagerly() and not isinstance(sizes, tf.Variable):
+        if isinstance(sizes, tf.Tensor):  # eagerly a value: read once, as get_static_value below would
+            host = sizes.numpy()
+        else:
+            host = np.asarray(sizes.as_list() if isinstance(sizes, tf.TensorShape) else sizes)
         if host.dtype.kind == "i" or (host.dtype.kind == "u" and (host <= np.iinfo(np.int64).max).all()):
             return _host_constant(host, np.int64)  # anything else: the checks below
     t = tf.convert_to_tensor(sizes)
@@ -136,12 +194,23 @@ def _int64_sizes(sizes, name):
 
 def _checked_int32(sizes, name):
     """int64 sizes -> the ops' int32, an InvalidArgumentError (not a wrap) past 2^31 - 1."""
+    hit = _INT32_OF.get(id(sizes))
+    if hit is not None and hit[0] is sizes:  # checked before (eager tensors never change)
+        return hit[1]
     static = tf.get_static_value(sizes)
     if static is None:
         return tf.cast(sizes, tf.int32)
-    if (np.asarray(static) > np.iinfo(np.int32).max).any():
+    if (np.asarray(static) > _INT32_MAX).any():
         raise _invalid(f"{name}: sizes must be < 2^31, got {list(static)}")
-    return _host_constant(static, np.int32)
+    t = _host_constant(static, np.int32)
+    if tf.executing_eagerly():
+        if len(_INT32_OF) >= 1024:
+            _INT32_OF.clear()
+        _INT32_OF[id(sizes)] = (sizes, t)  # holds sizes, so the id stays its own while the entry lives
+    return t
+
+
+_INT32_OF = {}  # eagerly: id of checked int64 sizes -> (them, their int32 constant)
 
 
 _NO_BIAS = {}
@@ -174,7 +243,7 @@ def conv2d(input, filters, strides, padding, data_format="NHWC", dilations=None,
            accumulation=None):
     """Deterministic tf.nn.conv2d with an optional fused bias (one add before the single rounding)."""
     data_format, st, dl, mode, explicit = _conv_args(data_format, strides, dilations, padding)
-    with tf.name_scope(name or "detconv_conv2d"):
+    with _scope(name, "detconv_conv2d"):
         named = [("input", input), ("filters", filters)] + ([("bias", bias)] if bias is not None else [])
         ts = _tensors(named)
         x, f = ts[0], ts[1]
@@ -227,7 +296,7 @@ def conv2d_backprop_input(input_sizes, filters, out_backprop, strides, padding, 
                           name=None, *, accumulation=None):
     """Deterministic input gradient (the contract's dx order); input_sizes in data_format order."""
     data_format, st, dl, mode, explicit = _conv_args(data_format, strides, dilations, padding)
-    with tf.name_scope(name or "detconv_conv2d_backprop_input"):
+    with _scope(name, "detconv_conv2d_backprop_input"):
         dy, f = _tensors([("out_backprop", out_backprop), ("filters", filters)])
         sizes = _int64_sizes(input_sizes, "input_sizes")
         if sizes.shape.rank == 1 and sizes.shape[0] == 2:
@@ -252,7 +321,7 @@ def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding, 
                            name=None, *, accumulation=None):
     """Deterministic filter gradient (shape-only chunks, no atomics); filter_sizes HWIO."""
     data_format, st, dl, mode, explicit = _conv_args(data_format, strides, dilations, padding)
-    with tf.name_scope(name or "detconv_conv2d_backprop_filter"):
+    with _scope(name, "detconv_conv2d_backprop_filter"):
         x, dy = _tensors([("input", input), ("out_backprop", out_backprop)])
         return _backprop_filter_op(2, x, filter_sizes, dy, st, dl, mode, explicit, data_format, accumulation)
 
@@ -275,7 +344,7 @@ def bias_grad(out_backprop, data_format="NHWC", name=None, *, accumulation=None)
     """Deterministic bias gradient: dy summed over n and its spatial axes (2-D or 3-D) in the contract's chunk
     order; data_format says where the channels are (NHWC/NDHWC last, NCHW/NCDHW first)."""
     data_format = "NHWC" if _args.channels_last_any(data_format) else "NCHW"  # the op's attribute: channels last?
-    with tf.name_scope(name or "detconv_bias_grad"):
+    with _scope(name, "detconv_bias_grad"):
         (dy,) = _tensors([("out_backprop", out_backprop)])
         if dy.shape.rank is not None and dy.shape.rank not in (4, 5):
             raise ValueError(f"out_backprop: must be rank 4 or 5, got shape {dy.shape}")
@@ -293,7 +362,7 @@ def conv1d(input, filters, stride, padding, data_format="NWC", dilations=None, n
     st = _args.spatial(stride, "stride", data_format, 1)
     dl = _args.spatial(dilations, "dilations", data_format, 1)
     mode, explicit = _args.padding(padding, data_format, 1)
-    with tf.name_scope(name or "detconv_conv1d"):
+    with _scope(name, "detconv_conv1d"):
         x, f = _tensors([("input", input), ("filters", filters)])
         if x.shape.rank is not None and x.shape.rank > 3:  # [..., W, C]: every leading dimension is batch
             lead = tf.shape(x)[:-2]
@@ -315,7 +384,7 @@ def depthwise_conv2d(input, filter, strides, padding, data_format=None, dilation
                      accumulation=None):
     """Deterministic tf.nn.depthwise_conv2d: filter [KH, KW, C, M], output channel c*M + m (groups = C)."""
     data_format = _args.data_format(data_format, 2)
-    with tf.name_scope(name or "detconv_depthwise_conv2d"):
+    with _scope(name, "detconv_depthwise_conv2d"):
         x, f = _tensors([("input", input), ("filter", filter)])
         _check_rank(x, 4, "input")
         _check_rank(f, 4, "filter")
@@ -330,7 +399,7 @@ def depthwise_conv2d(input, filter, strides, padding, data_format=None, dilation
 def conv2d_transpose(input, filters, output_shape, strides, padding="SAME", data_format="NHWC", dilations=None,
                      name=None, *, accumulation=None):
     """Deterministic tf.nn.conv2d_transpose; its result follows the contract's input-gradient order."""
-    with tf.name_scope(name or "detconv_conv2d_transpose"):
+    with _scope(name, "detconv_conv2d_transpose"):
         return conv2d_backprop_input(output_shape, filters, input, strides, padding, data_format, dilations,
                                      accumulation=accumulation)
 
@@ -340,7 +409,7 @@ def conv1d_transpose(input, filters, output_shape, strides, padding="SAME", data
                      name=None, *, accumulation=None):
     """Deterministic tf.nn.conv1d_transpose: filters [W, out, in]; a conv2d_transpose over a height-1 image."""
     data_format, st, dl, mode, explicit = _conv_args(data_format, strides, dilations, padding, ndims=1)
-    with tf.name_scope(name or "detconv_conv1d_transpose"):
+    with _scope(name, "detconv_conv1d_transpose"):
         x, f = _tensors([("input", input), ("filters", filters)])
         _check_rank(x, 3, "input")
         _check_rank(f, 3, "filters")
@@ -358,9 +427,9 @@ def conv1d_transpose(input, filters, output_shape, strides, padding="SAME", data
 
 def _depthwise_as_hwio(f):
     """[KH, KW, C, M] -> HWIO [KH, KW, 1, C*M]: output channel c*M + m (groups = C)."""
-    if f.shape.is_fully_defined():  # one reshape op (the shape ops below cost more than a small convolution)
-        kh, kw, c, m = f.shape.as_list()
-        return tf.reshape(f, _host_constant([kh, kw, 1, c * m], np.int32))
+    if f.shape.is_fully_defined():  # one reshape op (the shape ops below cost more than a small convolution),
+        kh, kw, c, m = f.shape.as_list()  # called raw: tf.reshape's dispatch costs as much again eagerly
+        return tf.raw_ops.Reshape(tensor=f, shape=_host_constant([kh, kw, 1, c * m], np.int32))
     kh, kw, c, m = tf.unstack(tf.shape(f))
     return tf.reshape(f, tf.stack([kh, kw, 1, c * m]))
 
@@ -369,7 +438,7 @@ def _depthwise_as_hwio(f):
 def depthwise_conv2d_backprop_input(input_sizes, filter, out_backprop, strides, padding, data_format="NHWC",
                                     dilations=None, name=None, *, accumulation=None):
     """Deterministic tf.nn.depthwise_conv2d_backprop_input: the gradient depthwise_conv2d's own gradient uses."""
-    with tf.name_scope(name or "detconv_depthwise_conv2d_backprop_input"):
+    with _scope(name, "detconv_depthwise_conv2d_backprop_input"):
         dy, f = _tensors([("out_backprop", out_backprop), ("filter", filter)])
         _check_rank(f, 4, "filter")
         return conv2d_backprop_input(input_sizes, _depthwise_as_hwio(f), dy, strides, padding, data_format,
@@ -380,7 +449,7 @@ def depthwise_conv2d_backprop_input(input_sizes, filter, out_backprop, strides, 
 def depthwise_conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding, data_format="NHWC",
                                      dilations=None, name=None, *, accumulation=None):
     """Deterministic tf.nn.depthwise_conv2d_backprop_filter; filter_sizes [KH, KW, C, M]."""
-    with tf.name_scope(name or "detconv_depthwise_conv2d_backprop_filter"):
+    with _scope(name, "detconv_depthwise_conv2d_backprop_filter"):
         sizes = _int64_sizes(filter_sizes, "filter_sizes")
         if sizes.shape.rank != 1 or (sizes.shape[0] is not None and sizes.shape[0] != 4):
             raise ValueError(f"filter_sizes: expected 4 sizes [KH, KW, C, M], got shape {sizes.shape}")
@@ -393,7 +462,8 @@ def depthwise_conv2d_backprop_filter(input, filter_sizes, out_backprop, strides,
             out_shape = tf.cast(sizes, tf.int32)
         df = conv2d_backprop_filter(input, hwio, out_backprop, strides, padding, data_format, dilations,
                                     accumulation=accumulation)
-        return tf.reshape(df, _host_constant(out_shape, np.int32) if static is not None else out_shape)
+        return tf.raw_ops.Reshape(tensor=df, shape=_host_constant(out_shape, np.int32) if static is not None
+                                  else out_shape)
 
 
 @_tf_nn_errors
@@ -402,7 +472,7 @@ def separable_conv2d(input, depthwise_filter, pointwise_filter, strides, padding
     """Deterministic tf.nn.separable_conv2d: depthwise_conv2d, rounded to the input dtype (as tf.nn's two ops
     do), then a 1x1 conv2d with the bias fused into its fold."""
     data_format = _args.data_format(data_format, 2)
-    with tf.name_scope(name or "detconv_separable_conv2d"):
+    with _scope(name, "detconv_separable_conv2d"):
         x, dwf, pwf = _tensors([("input", input), ("depthwise_filter", depthwise_filter),
                                 ("pointwise_filter", pointwise_filter)])
         _check_rank(pwf, 4, "pointwise_filter")
@@ -445,7 +515,7 @@ def conv3d(input, filters, strides, padding, data_format="NDHWC", dilations=None
     """Deterministic tf.nn.conv3d (filters DHWIO, groups inferred) with an optional fused bias; each output
     folds (kd, kh, kw, i)."""
     data_format, st, dl, mode, explicit = _conv_args(data_format, strides, dilations, padding, ndims=3)
-    with tf.name_scope(name or "detconv_conv3d"):
+    with _scope(name, "detconv_conv3d"):
         named = [("input", input), ("filters", filters)] + ([("bias", bias)] if bias is not None else [])
         ts = _tensors(named)
         return _conv_op(3, ts[0], ts[1], ts[2] if bias is not None else None, st, dl, mode, explicit, data_format,
@@ -457,7 +527,7 @@ def conv3d_backprop_input(input_sizes, filters, out_backprop, strides, padding, 
                           name=None, *, accumulation=None):
     """Deterministic conv3d input gradient (tf.raw_ops.Conv3DBackpropInputV2); fold (kd, kh, kw, o)."""
     data_format, st, dl, mode, explicit = _conv_args(data_format, strides, dilations, padding, ndims=3)
-    with tf.name_scope(name or "detconv_conv3d_backprop_input"):
+    with _scope(name, "detconv_conv3d_backprop_input"):
         dy, f = _tensors([("out_backprop", out_backprop), ("filters", filters)])
         return _backprop_input_op(3, _int64_sizes(input_sizes, "input_sizes"), f, dy, st, dl, mode, explicit,
                                   data_format, accumulation)
@@ -468,7 +538,7 @@ def conv3d_backprop_filter(input, filter_sizes, out_backprop, strides, padding, 
                            name=None, *, accumulation=None):
     """Deterministic conv3d filter gradient (tf.raw_ops.Conv3DBackpropFilterV2); filter_sizes DHWIO."""
     data_format, st, dl, mode, explicit = _conv_args(data_format, strides, dilations, padding, ndims=3)
-    with tf.name_scope(name or "detconv_conv3d_backprop_filter"):
+    with _scope(name, "detconv_conv3d_backprop_filter"):
         x, dy = _tensors([("input", input), ("out_backprop", out_backprop)])
         return _backprop_filter_op(3, x, filter_sizes, dy, st, dl, mode, explicit, data_format, accumulation)
 
@@ -477,7 +547,7 @@ def conv3d_backprop_filter(input, filter_sizes, out_backprop, strides, padding, 
 def conv3d_transpose(input, filters, output_shape, strides, padding="SAME", data_format="NDHWC", dilations=None,
                      name=None, *, accumulation=None):
     """Deterministic tf.nn.conv3d_transpose; its result follows the contract's input-gradient order."""
-    with tf.name_scope(name or "detconv_conv3d_transpose"):
+    with _scope(name, "detconv_conv3d_transpose"):
         return conv3d_backprop_input(output_shape, filters, input, strides, padding, data_format, dilations,
                                      accumulation=accumulation)
 

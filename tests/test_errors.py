@@ -93,6 +93,28 @@ def test_size_arguments_in_every_form():
         detconv.conv2d_backprop_filter(X, np.array([3, 3, 4, 7], np.int16), dy, 1, "SAME")
 
 
+def test_eager_argument_caches_are_transparent():
+    # Eager calls reuse normalized arguments (detconv.ops._CONV_ARGS) and checked size constants (_INT32_OF): a
+    # form seen before gives what a fresh one gives, other values are not taken for it, and bad forms still fail.
+    from detconv import ops
+    dy = np.random.default_rng(4).standard_normal((1, 6, 6, 8)).astype(np.float32)
+    first = detconv.conv2d(X, F, [1, 1], "SAME").numpy()
+    ops._conv_args("NHWC", [1, 1], None, "SAME")[1].append(7)  # callers own the lists they get
+    assert_bits_equal(detconv.conv2d(X, F, [1, 1], "SAME").numpy(), first, "cached strides")
+    assert_bits_equal(detconv.conv2d(X, F, np.array([1, 1]), "SAME").numpy(), first, "NumPy strides (not cached)")
+    assert detconv.conv2d(X, F, [2, 2], "SAME").shape == (1, 3, 3, 8)
+    with pytest.raises(ERRORS, match="strides"):
+        detconv.conv2d(X, F, [1, 1.5], "SAME")
+    with pytest.raises(ERRORS, match="padding"):
+        detconv.conv2d(X, F, [1, 1], "same")
+    same, valid = tf.constant([1, 6, 6, 4]), tf.constant([1, 8, 8, 4])
+    a = detconv.conv2d_backprop_input(same, F, dy, 1, "SAME").numpy()
+    b = detconv.conv2d_backprop_input(valid, F, dy, 1, "VALID").numpy()
+    assert a.shape == (1, 6, 6, 4) and b.shape == (1, 8, 8, 4)
+    assert_bits_equal(detconv.conv2d_backprop_input(same, F, dy, 1, "SAME").numpy(), a, "cached sizes")
+    assert_bits_equal(detconv.conv2d_backprop_input(valid, F, dy, 1, "VALID").numpy(), b, "cached sizes")
+
+
 def test_other_entry_points_validate():
     with pytest.raises(ERRORS, match="filter"):
         detconv.depthwise_conv2d(X, np.ones((3, 3, 3, 2), np.float32), 1, "SAME")
