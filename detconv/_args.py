@@ -119,6 +119,34 @@ def padding(value, data_format, ndims, exact_case=True):
     return "EXPLICIT", flat
 
 
+class NotPlain(Exception):
+    """plain_key's answer for a value that is not plain."""
+
+
+def plain_key(v):
+    """A strides / dilations / padding / data_format argument (or a shape) as a hashable key when it is plain: an
+    int, a str or None, or a list or tuple of ints, or of lists or tuples of ints (lists as tuples: the
+    functions above read both alike); raises NotPlain for anything else (NumPy ints, floats, bools, bytes,
+    arrays...), which callers then normalize afresh on every call. Only exact types count: subclasses may
+    compare, hash or convert differently. For the callers' caches of normalized arguments (detconv.ops,
+    detconv.kernels)."""
+    t = type(v)
+    if t is int or t is str or v is None:
+        return v
+    if t is not tuple and t is not list:
+        raise NotPlain
+    out = []
+    for e in v:
+        te = type(e)
+        if te is int:
+            out.append(e)
+        elif (te is tuple or te is list) and all(type(i) is int for i in e):
+            out.append(tuple(e))
+        else:
+            raise NotPlain
+    return tuple(out)
+
+
 def pad_arg(mode, explicit):
     """The padding argument that padding() turns back into (mode, explicit), as N pairs."""
     if mode != "EXPLICIT":

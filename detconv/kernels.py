@@ -362,32 +362,6 @@ def _cached_problem(key, make):
     return p
 
 
-class _NotPlain(Exception):
-    pass
-
-
-def _plain(v):
-    """A strides / dilations / padding argument as a hashable key when it is plain: an int, a str or None, or
-    a list or tuple of ints, or of lists or tuples of ints (lists as tuples: _args reads both alike); raises
-    _NotPlain for anything else (NumPy ints, floats, bools, bytes, arrays...), which then takes the uncached
-    path. Only exact types count: subclasses may compare, hash or convert differently."""
-    t = type(v)
-    if t is int or t is str or v is None:
-        return v
-    if t is not tuple and t is not list:
-        raise _NotPlain
-    out = []
-    for e in v:
-        te = type(e)
-        if te is int:
-            out.append(e)
-        elif (te is tuple or te is list) and all(type(i) is int for i in e):
-            out.append(tuple(e))
-        else:
-            raise _NotPlain
-    return tuple(out)
-
-
 def _problem(x_logical, f_shape, strides, padding, dilations, data_format, ndims, dtype, accumulation, x_name,
              f_name):
     """(a finalized native Problem, its output's shape in data_format). x_logical is (N, D, H, W, C); f_shape is
@@ -397,10 +371,11 @@ def _problem(x_logical, f_shape, strides, padding, dilations, data_format, ndims
     # x_logical holds ints; the names only appear in errors, which are never cached.
     try:
         if type(data_format) is not str or (accumulation is not None and type(accumulation) is not str):
-            raise _NotPlain
-        key = (ndims, x_logical, _plain(f_shape), _plain(strides), _plain(padding), _plain(dilations),
+            raise _args.NotPlain
+        plain = _args.plain_key
+        key = (ndims, x_logical, plain(f_shape), plain(strides), plain(padding), plain(dilations),
                data_format, dtype, accumulation)
-    except _NotPlain:
+    except _args.NotPlain:
         return make()
     return _cached_problem(key, make)
 

@@ -77,38 +77,23 @@ def _scope(name, default):
     return contextlib.nullcontext() if tf.executing_eagerly() else tf.name_scope(name or default)
 
 
-def _plain(value):
-    """value as a hashable key where it is built of Python ints, strings and None only (lists as tuples), else
-    _UNPLAIN: other forms (floats, NumPy values, tensors) are normalized afresh on every call."""
-    kind = type(value)
-    if value is None or kind is int or kind is str:
-        return value
-    if kind is not list and kind is not tuple:
-        return _UNPLAIN
-    items = []
-    for v in value:
-        v = v if type(v) is int else _plain(v)
-        if v is _UNPLAIN:
-            return _UNPLAIN
-        items.append(v)
-    return tuple(items)
-
-
-_UNPLAIN = object()
 _CONV_ARGS = {}
 
 
 def _conv_args(data_format, strides, dilations, padding, ndims=2):
     """tf.nn-style arguments -> (data_format, strides, dilations, padding mode, explicit paddings), N values each.
     Plain forms are normalized once (_CONV_ARGS); the lists returned are always fresh."""
-    key = (ndims, _plain(data_format), _plain(strides), _plain(dilations), _plain(padding))
-    cacheable = _UNPLAIN not in key
-    hit = _CONV_ARGS.get(key) if cacheable else None
+    try:
+        plain = _args.plain_key
+        key = (ndims, plain(data_format), plain(strides), plain(dilations), plain(padding))
+    except _args.NotPlain:
+        key = None
+    hit = _CONV_ARGS.get(key) if key is not None else None
     if hit is None:
         df = _args.data_format(data_format, ndims)
         hit = (df, _args.spatial(strides, "strides", df, ndims), _args.spatial(dilations, "dilations", df, ndims),
                *_args.padding(padding, df, ndims))
-        if cacheable:
+        if key is not None:
             if len(_CONV_ARGS) >= 1024:
                 _CONV_ARGS.clear()
             _CONV_ARGS[key] = hit
