@@ -147,6 +147,19 @@ def plain_key(v):
     return tuple(out)
 
 
+def cached(cache, key, make, limit=1024):
+    """cache[key], made by make() the first time; past `limit` entries the cache starts over (clear() is atomic:
+    no lock is needed between threads). make() raising stores nothing. The one shape of the callers' caches of
+    normalized arguments, size constants and native problems (detconv.ops, detconv.kernels)."""
+    value = cache.get(key)
+    if value is None:
+        value = make()
+        if len(cache) >= limit:
+            cache.clear()
+        cache[key] = value
+    return value
+
+
 def pad_arg(mode, explicit):
     """The padding argument that padding() turns back into (mode, explicit), as N pairs."""
     if mode != "EXPLICIT":

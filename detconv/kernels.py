@@ -349,17 +349,11 @@ def _int(v, name):
 # Finalized native Problems (read-only, pure functions of their arguments; with _problem's output shape) by a
 # key that determines them: building one costs more than a tiny convolution. Failures raise and are never stored.
 _PROBLEMS = {}
-_PROBLEMS_MAX = 1024  # then the cache starts over (clear() is atomic: no lock needed between threads)
+_PROBLEMS_MAX = 1024  # then the cache starts over (_args.cached)
 
 
 def _cached_problem(key, make):
-    p = _PROBLEMS.get(key)
-    if p is None:
-        p = make()
-        if len(_PROBLEMS) >= _PROBLEMS_MAX:
-            _PROBLEMS.clear()
-        _PROBLEMS[key] = p
-    return p
+    return _args.cached(_PROBLEMS, key, make, _PROBLEMS_MAX)
 
 
 def _problem(x_logical, f_shape, strides, padding, dilations, data_format, ndims, dtype, accumulation, x_name,

@@ -88,16 +88,13 @@ def _conv_args(data_format, strides, dilations, padding, ndims=2):
         key = (ndims, plain(data_format), plain(strides), plain(dilations), plain(padding))
     except _args.NotPlain:
         key = None
-    hit = _CONV_ARGS.get(key) if key is not None else None
-    if hit is None:
+
+    def normalize():
         df = _args.data_format(data_format, ndims)
-        hit = (df, _args.spatial(strides, "strides", df, ndims), _args.spatial(dilations, "dilations", df, ndims),
-               *_args.padding(padding, df, ndims))
-        if key is not None:
-            if len(_CONV_ARGS) >= 1024:
-                _CONV_ARGS.clear()
-            _CONV_ARGS[key] = hit
-    df, st, dl, mode, explicit = hit
+        return (df, _args.spatial(strides, "strides", df, ndims), _args.spatial(dilations, "dilations", df, ndims),
+                *_args.padding(padding, df, ndims))
+
+    df, st, dl, mode, explicit = normalize() if key is None else _args.cached(_CONV_ARGS, key, normalize)
     return df, list(st), list(dl), mode, list(explicit)
 
 
@@ -152,12 +149,7 @@ def _host_constant(values, dtype):
     else:
         host = np.asarray(values)
         key = (dtype, host.ndim, tuple(host.ravel().tolist()))
-    t = _HOST_CONSTANTS.get(key)
-    if t is None:
-        if len(_HOST_CONSTANTS) >= 1024:
-            _HOST_CONSTANTS.clear()
-        t = _HOST_CONSTANTS[key] = tf.constant(np.asarray(values, dtype))
-    return t
+    return _args.cached(_HOST_CONSTANTS, key, lambda: tf.constant(np.asarray(values, dtype)))
 
 
 def _int64_sizes(sizes, name):
@@ -179,20 +171,18 @@ def _int64_sizes(sizes, name):
 
 def _checked_int32(sizes, name):
     """int64 sizes -> the ops' int32, an InvalidArgumentError (not a wrap) past 2^31 - 1."""
-    hit = _INT32_OF.get(id(sizes))
-    if hit is not None and hit[0] is sizes:  # checked before (eager tensors never change)
-        return hit[1]
-    static = tf.get_static_value(sizes)
-    if static is None:
-        return tf.cast(sizes, tf.int32)
-    if (np.asarray(static) > _INT32_MAX).any():
-        raise _invalid(f"{name}: sizes must be < 2^31, got {list(static)}")
-    t = _host_constant(static, np.int32)
-    if tf.executing_eagerly():
-        if len(_INT32_OF) >= 1024:
-            _INT32_OF.clear()
-        _INT32_OF[id(sizes)] = (sizes, t)  # holds sizes, so the id stays its own while the entry lives
-    return t
+    def check():
+        static = tf.get_static_value(sizes)
+        if static is None:
+            return tf.cast(sizes, tf.int32)
+        if (np.asarray(static) > _INT32_MAX).any():
+            raise _invalid(f"{name}: sizes must be < 2^31, got {list(static)}")
+        return _host_constant(static, np.int32)
+
+    if not tf.executing_eagerly():
+        return check()
+    # Eager tensors never change: each is checked once. The entry holds the tensor, so its id stays its own.
+    return _args.cached(_INT32_OF, id(sizes), lambda: (sizes, check()))[1]
 
 
 _INT32_OF = {}  # eagerly: id of checked int64 sizes -> (them, their int32 constant)
