@@ -599,6 +599,20 @@ def test_packed_filter_gradient_3d(rng):
             assert_bits_equal(K.conv3d_backprop_filter(x, dy, f_shape, 1, "SAME"), want, f"{isa} dw")
 
 
+# Rows long enough that AVX2's gathered forward patches (Base::kPatches) come in several segments, each
+# swept by every channel block in turn (fprop_dense's kSegmentBytes: 37 three-pixel blocks of a
+# 7x7x3 float32 stem's patches), the segments ending mid-row and past its padded edges.
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_forward_patch_segments(rng, dtype):
+    for x_shape, f_shape, s, padding in (((1, 3, 260, 3), (7, 7, 3, 40), 1, "SAME"),
+                                         ((1, 7, 701, 2), (5, 5, 2, 24), 2, ((1, 2), (3, 1)))):
+        x, f = rand(rng, x_shape, dtype), rand(rng, f_shape, dtype)
+        want = ref.conv2d(x, f, s, padding)
+        for isa in _isas():
+            with on_cpu_isa(K, isa):
+                assert_bits_equal(K.conv2d(x, f, s, padding), want, f"{isa} {x_shape} {f_shape}")
+
+
 # Rows of every width up to 14 (each remainder mod 6, rows narrower than a
 # block): where 6-pixel blocks run (AVX2), narrower ones end each row or stride
 # phase (RowBlocks; Base::tail_blocks); elsewhere one block runs past the row.
