@@ -31,6 +31,10 @@ class CMakeBuild(build_ext):
         out_dir.mkdir(parents=True, exist_ok=True)
         build_dir = Path(self.build_temp).resolve() / "cmake"
         build_dir.mkdir(parents=True, exist_ok=True)
+        # Each configure starts from a fresh cache (the objects stay for the build to reuse): pip's isolated
+        # build environment, whose ninja and pybind11 a cache names, is gone after its install, so a second
+        # `pip install .` in one checkout (the README's install + demo, then install + tests) failed on it.
+        (build_dir / "CMakeCache.txt").unlink(missing_ok=True)
         args = [
             f"-DPython_EXECUTABLE={sys.executable}",
             f"-DDETCONV_OUTPUT_DIR={out_dir}",
