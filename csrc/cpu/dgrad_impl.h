@@ -223,13 +223,13 @@ struct DgradKernels : KernelBase<V> {
             if (prefetch) Base::template sweep_taps<NB, NW, true>(acc, tap_x.data(), tap_w.data(), off, listed, cog, tap_span.data());
             else Base::template sweep_taps<NB, NW>(acc, tap_x.data(), tap_w.data(), off, listed, cog, tap_span.data());
           }
-          for (int q = 0; q < NB; ++q)
-            for (int j = 0; j < NW; ++j) {
-              if (iw[q] < 0 || q < blk.store_from) continue;
-              const i64 i0 = b * BW + j * kLanes;
-              const i64 c = g * p.Cg + i0;
-              put_lanes(dx, acc[q][j], xs.at5(n, id, ih, iw[q], c), xs.c, p.Cg - i0, stream && c % kLanes == 0);
-            }
+          // Through BlockOut, each pixel's offset found once (as fprop_dense's emit), not put_lanes per vector.
+          const BlockOut to(dx, stream && g * p.Cg % kLanes == 0, nullptr);
+          for (int q = 0; q < NB; ++q) {
+            if (iw[q] < 0 || q < blk.store_from) continue;
+            const i64 off = xs.at5(n, id, ih, iw[q], g * p.Cg + b * BW);
+            for (int j = 0; j < NW; ++j) to.put(acc[q][j], off + j * kLanes * xs.c, b * BW + j * kLanes, p.Cg);
+          }
         };
         Base::template with_width<NP, NMIN>(blk.width, block);
       }

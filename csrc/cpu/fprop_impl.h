@@ -733,6 +733,7 @@ struct FpropKernels : KernelBase<V> {
     const bool stream = Base::streamable(y, p.y_elems());
     ex.parallel_for(units, taps * BD * NP, [&](i64 u0, i64 u1) {
       FpEnv guard;
+      const BlockOut to(y, stream, bias ? bp.data() : nullptr);
       InnerCounter c(u0, nb);  // channel blocks innermost: they share the block's input pixels
       i64 wb = 0, oh = 0, n = 0;
       for (i64 u = u0; u < u1; ++u, c.next()) {
@@ -777,13 +778,11 @@ struct FpropKernels : KernelBase<V> {
             }
           }
         }
-        for (int q = 0; q < NP; ++q)
-          for (int j = 0; j < NW; ++j) {
-            if (ow0 + q >= p.OW) continue;
-            Vec v = a[q][j];
-            if (bias) v = V::add(v, V::load(bp.data() + o0 + j * kLanes));
-            put_lanes(y, v, ys.at(n, oh, ow0 + q, o0 + j * kLanes), ys.c, p.Co - (o0 + j * kLanes), stream);
-          }
+        for (int q = 0; q < NP; ++q) {
+          if (ow0 + q >= p.OW) continue;
+          const i64 off = ys.at(n, oh, ow0 + q, o0);
+          for (int j = 0; j < NW; ++j) to.put(a[q][j], off + j * kLanes * ys.c, o0 + j * kLanes, p.Co);
+        }
       }
       if (stream) V::fence();
     });
