@@ -106,6 +106,8 @@ struct DgradKernels : KernelBase<V> {
       std::vector<TapSpan> tap_span(taps);
       InnerCounter c(u0, pb.count());
       i64 b = 0, g = 0, ih = 0, id = 0, n = 0;
+      // A group's outputs stream where its channels start on a vector (put_lanes' alignment), else plain.
+      const BlockOut streamed(dx, stream, nullptr), plain(dx, false, nullptr);
       // The sweep's tap list (tap_x, tap_w, tap_span: `listed` taps) and, where its block was interior
       // at stride 1 (every tap reaching every pixel), that block's width and first column: the row's
       // next interior block of that width meets the same taps at dy columns moved by its own offset, so
@@ -224,7 +226,7 @@ struct DgradKernels : KernelBase<V> {
             else Base::template sweep_taps<NB, NW>(acc, tap_x.data(), tap_w.data(), off, listed, cog, tap_span.data());
           }
           // Through BlockOut, each pixel's offset found once (as fprop_dense's emit), not put_lanes per vector.
-          const BlockOut to(dx, stream && g * p.Cg % kLanes == 0, nullptr);
+          const BlockOut& to = g * p.Cg % kLanes == 0 ? streamed : plain;
           for (int q = 0; q < NB; ++q) {
             if (iw[q] < 0 || q < blk.store_from) continue;
             const i64 off = xs.at5(n, id, ih, iw[q], g * p.Cg + b * BW);
