@@ -124,6 +124,23 @@ def test_large_input_gradient_streamed():
                 assert_bits_equal(alone, full[n:n + 1], f"{isa} image {n}")
 
 
+def test_large_filter_rows_inner():
+    # A filter past 1 MiB (3x3x3, 128 -> 96: 1.3 MiB) reorders the forward's units (depth as rows; past L2
+    # with the rows they read: KernelBase::rows_inner_pays) and the input gradient's, one channel block over
+    # consecutive rows; unit order never changes bits: every ISA path against the reference.
+    r = np.random.default_rng(8)
+    x = rand(r, (2, 3, 4, 5, 128), "float32")
+    f = rand(r, (3, 3, 3, 128, 96), "float32", 1.0 / 16)
+    dy = rand(r, (2, 3, 4, 5, 96), "float32")
+    assert f.size * 4 > 1 << 20
+    want_y = ref.conv3d(x, f, 1, "SAME")
+    want_dx = ref.conv3d_backprop_input(dy, f, x.shape, 1, "SAME")
+    for isa in detconv.cpu_isa(supported=True):
+        with on_cpu_isa(detconv, isa):
+            assert_bits_equal(detconv.conv3d(x, f, 1, "SAME").numpy(), want_y, f"{isa} forward")
+            assert_bits_equal(detconv.conv3d_backprop_input(x.shape, f, dy, 1, "SAME").numpy(), want_dx, f"{isa} dx")
+
+
 _THREAD_SCRIPT = r"""
 import hashlib, sys
 import numpy as np, tensorflow as tf

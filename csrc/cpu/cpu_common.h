@@ -7,6 +7,9 @@
 #include <memory>
 #include <utility>
 #include <vector>
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>
+#endif
 #include "detconv/kernels.h"
 #include "detconv/numerics.h"
 #include "detconv/order.h"
@@ -60,6 +63,19 @@ inline T canonical_nan() {
 }
 
 inline i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
+
+// One core's L2 in bytes as the system reports it (1 MiB where it does not):
+// kernels size their loop order by it, a schedule choice that never moves a bit.
+inline i64 l2_cache_bytes() {
+  static const i64 bytes = [] {
+    long b = 0;
+#ifdef _SC_LEVEL2_CACHE_SIZE
+    b = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+    return b > 0 ? i64(b) : i64(1) << 20;
+  }();
+  return bytes;
+}
 
 // Elements a kernel may read past the last one it uses (whole vectors).
 constexpr i64 kPad = 64;

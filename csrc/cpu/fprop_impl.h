@@ -79,8 +79,7 @@ struct FpropKernels : KernelBase<V> {
     // whole filter from memory; measured: 1x1 layers are faster without it),
     // with or without the memory tile (AVX2, one thread, 3x3 7x7x512 in
     // registers: 27.0 -> 24.6 ms).
-    const bool rows_inner = p.KH * p.KW > 1 && p.filter_elems() * i64(sizeof(T)) > (i64(1) << 20) &&
-                            taps * BF > p.KH * p.W * p.C;
+    const bool rows_inner = p.KH * p.KW > 1 && Base::rows_inner_pays(p.filter_elems(), p.KH * p.W * p.C, taps * BF);
     // In registers, a unit takes bper channel blocks of its row and sweeps
     // them inside each pixel block, so each block writes whole output pixels
     // in order (batch 8, two threads, in one process: 1x1 56x56 64->256

@@ -90,6 +90,21 @@ struct KernelBase {
   static constexpr bool filter_block_in_l2(i64 taps, i64 channels) {
     return taps * channels * i64(sizeof(T)) <= kFilterL2Bytes;
   }
+  // Whether the dense forward's units should take one channel block's filter over consecutive rows
+  // (rows innermost) rather than every channel block over one row: when the filter together with the
+  // input rows one output row reads outgrows L2, so that each row would fetch the filter again from L3
+  // or memory, and the block's share of the filter outweighs those rows. Capped at the 1 MiB first
+  // measured (AVX-512, 3x3 7x7x512) so that larger L2s keep that choice. AVX2, AMD Zen 3 (512 KiB L2),
+  // in one process, median / 20th percentile ms over 21-30 runs: C3D 3x3x3 block (batch 2) 120.3 /
+  // 118.8 -> 114.9 / 113.8 and 143.5 / 122.1 -> 127.5 / 115.2 (tf.nn 112.2, 124.9), one thread 244.7 /
+  // 234.8 -> 238.0 / 226.2; 3x3 28x28x128 (batch 8) 10.61 / 10.53 -> 10.37 / 10.31, one thread 25.1 /
+  // 22.2 -> 24.1 / 21.5; 3x3 56x56x64 (147 KiB, unchanged) 0.4% slower rows inner. The input gradient
+  // keeps its 1 MiB rule: rows inner, its C3D block gained 2-4% on two threads and nothing on one, and
+  // its 3x3 28x28x128 lost 10-15% on one thread (its dy rows then pass once per channel block).
+  static bool rows_inner_pays(i64 filter_values, i64 row_values, i64 block_values) {
+    const i64 l2 = std::min(l2_cache_bytes(), i64(1) << 20);
+    return (filter_values + row_values) * i64(sizeof(T)) > l2 && block_values > row_values;
+  }
   // Whether `channels` output channels suit blocks of `block` lanes (the wide forward and GEMM tiles):
   // whole blocks, or a last partial block whose empty lanes cost at most 1/16 more fmas (Xception's 728
   // channels: 12 blocks of 64, 40 empty lanes in 768).
