@@ -124,21 +124,31 @@ def test_large_input_gradient_streamed():
                 assert_bits_equal(alone, full[n:n + 1], f"{isa} image {n}")
 
 
-def test_large_filter_rows_inner():
+@pytest.mark.parametrize("shape, strides, padding, dilations", [
+    ((2, 3, 4, 5, 128), 1, "SAME", 1),
+    ((1, 3, 5, 7, 128), (1, 2, 2), "VALID", 1),  # stride phases: blocks some taps miss
+    ((1, 2, 3, 2, 128), 1, "SAME", (1, 1, 2)),   # rows narrower than a pixel block, dilated taps
+    ((1, 2, 2, 70, 128), 1, "SAME", 1),          # a row in two segments of tiles
+])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_large_filter_rows_inner(shape, strides, padding, dilations, dtype):
     # A filter past 1 MiB (3x3x3, 128 -> 96: 1.3 MiB) reorders the forward's units (depth as rows; past L2
-    # with the rows they read: KernelBase::rows_inner_pays) and the input gradient's, one channel block over
-    # consecutive rows; unit order never changes bits: every ISA path against the reference.
+    # with the rows they read: KernelBase::rows_inner_pays) and turns the input gradient's loops, each
+    # tap sweeping a whole input row (DgradKernels::dgrad_rows_tap_outer, where its blocks are all one
+    # width); neither changes bits: every ISA path against the reference.
     r = np.random.default_rng(8)
-    x = rand(r, (2, 3, 4, 5, 128), "float32")
-    f = rand(r, (3, 3, 3, 128, 96), "float32", 1.0 / 16)
-    dy = rand(r, (2, 3, 4, 5, 96), "float32")
+    x = rand(r, shape, dtype)
+    f = rand(r, (3, 3, 3, 128, 96), dtype, 1.0 / 16)
     assert f.size * 4 > 1 << 20
-    want_y = ref.conv3d(x, f, 1, "SAME")
-    want_dx = ref.conv3d_backprop_input(dy, f, x.shape, 1, "SAME")
+    want_y = ref.conv3d(x, f, strides, padding, dilations)
+    dy = rand(r, want_y.shape, dtype)
+    want_dx = ref.conv3d_backprop_input(dy, f, x.shape, strides, padding, dilations)
     for isa in detconv.cpu_isa(supported=True):
         with on_cpu_isa(detconv, isa):
-            assert_bits_equal(detconv.conv3d(x, f, 1, "SAME").numpy(), want_y, f"{isa} forward")
-            assert_bits_equal(detconv.conv3d_backprop_input(x.shape, f, dy, 1, "SAME").numpy(), want_dx, f"{isa} dx")
+            got_y = detconv.conv3d(x, f, strides, padding, dilations=dilations).numpy()
+            assert_bits_equal(got_y, want_y, f"{isa} forward")
+            got_dx = detconv.conv3d_backprop_input(x.shape, f, dy, strides, padding, dilations=dilations).numpy()
+            assert_bits_equal(got_dx, want_dx, f"{isa} dx")
 
 
 _THREAD_SCRIPT = r"""

@@ -28,6 +28,13 @@ struct DgradKernels : KernelBase<V> {
       int store_from = 0;
       i64 col(int q) const { return first + q; }
     };
+    // Block k's pixel columns iw[q], -1 past the row.
+    void columns(const Block& k, i64 (&iw)[NP]) const {
+      for (int q = 0; q < NP; ++q) {
+        const i64 col = k.ph + k.col(q) * sw;
+        iw[q] = col < W ? col : -1;
+      }
+    }
     Block block(i64 b) const {
       Block k;
       k.ph = b / blocks_per_phase;
@@ -49,6 +56,33 @@ struct DgradKernels : KernelBase<V> {
       return k;
     }
   };
+
+  // Tap kw of a block of NB pixels iw[q] (consecutive pixels of one stride phase, -1 past the row) reaches
+  // all of them by stride or none, at dy columns ow0 + q; which pixels it reaches is the same for every
+  // (kd, kh), so a block finds this once.
+  struct TapCols {
+    i64 ow0;       // dy column of pixel 0
+    bool any, all; // the tap reaches some / every pixel
+    int lo, hi;    // ... pixels [lo, hi): an interval (ow0 + q inside the row, real pixels first)
+  };
+  template <int NB>
+  static void tap_cols(const ConvProblem& p, const i64 (&iw)[NB], TapCols* cols) {
+    for (i64 kw = 0; kw < p.KW; ++kw) {
+      const i64 t0 = iw[0] + p.pl - kw * p.dw;
+      TapCols& tc = cols[kw];
+      tc.ow0 = t0 / p.sw;  // exact when the tap reaches the block
+      tc.lo = NB;
+      tc.hi = 0;
+      if (t0 % p.sw == 0)
+        for (int q = 0; q < NB; ++q)
+          if (iw[q] >= 0 && tc.ow0 + q >= 0 && tc.ow0 + q < p.OW) {
+            tc.lo = std::min(tc.lo, q);
+            tc.hi = q + 1;
+          }
+      tc.any = tc.lo < tc.hi;
+      tc.all = tc.lo == 0 && tc.hi == NB;
+    }
+  }
 
   // Dense: lanes over BW input channels i of one group. Also every 3-D
   // problem's dx (any group size): depth is folded outermost, (kd, kh, kw, o).
@@ -80,13 +114,10 @@ struct DgradKernels : KernelBase<V> {
       }
     });
     const PixelBlocks<NP, NMIN> pb(p);
+    if constexpr (NMIN == NP)
+      if (rows_tap_outer(p)) return dgrad_rows_tap_outer<NP, NW>(p, dy, wt.data(), pb, dx, ex);
     const i64 units = p.N * p.D * p.H * p.G * nb * pb.count();
     const Strides4 xs = dx.s;
-    struct TapCols {
-      i64 ow0;       // dy column of pixel 0
-      bool any, all; // the tap reaches some / every pixel
-      int lo, hi;    // ... pixels [lo, hi): an interval (ow0 + q inside the row, real pixels first)
-    };
     // Consecutive units share the dy rows of one input row (channel blocks
     // innermost) or, when the filter outgrows the cache and a channel block's
     // share of it outweighs those rows, one channel block's filter (rows
@@ -152,25 +183,8 @@ struct DgradKernels : KernelBase<V> {
           if (interior && list_nb == NB) {
             for (i64 k = 0; k < listed; ++k) tap_x[k] += (iw[0] - list_iw) * p.Co;
           } else {
-            // Pixel q is column iw[0] + q*sw, so tap kw reaches all of them by
-            // stride or none, and reaches dy columns ow0 + q. Which pixels each kw
-            // reaches is the same for every (kd, kh): found once per block. A pixel
-            // a tap does not reach (or past the row) keeps its bits (micro_range).
-            for (i64 kw = 0; kw < p.KW; ++kw) {
-              const i64 t0 = iw[0] + p.pl - kw * p.dw;
-              TapCols& tc = cols[kw];
-              tc.ow0 = t0 / p.sw;  // exact when the tap reaches the block
-              tc.lo = NB;
-              tc.hi = 0;
-              if (t0 % p.sw == 0)
-                for (int q = 0; q < NB; ++q)
-                  if (iw[q] >= 0 && tc.ow0 + q >= 0 && tc.ow0 + q < p.OW) {
-                    tc.lo = std::min(tc.lo, q);
-                    tc.hi = q + 1;
-                  }
-              tc.any = tc.lo < tc.hi;
-              tc.all = tc.lo == 0 && tc.hi == NB;
-            }
+            // A pixel a tap does not reach (or past the row) keeps its bits (micro_range).
+            tap_cols<NB>(p, iw, cols.data());
             // Where each kw reaches all pixels, a prefix or a suffix of them (or none: interior blocks and
             // the blocks at a row's edges), the reaching taps are listed and folded after the loop in one
             // sweep (Base::sweep_taps), the accumulators in registers throughout; otherwise each tap folds
@@ -234,6 +248,105 @@ struct DgradKernels : KernelBase<V> {
           }
         };
         Base::template with_width<NP, NMIN>(blk.width, block);
+      }
+      if (stream) V::fence();
+    });
+  }
+
+  // A 3-D input gradient whose filter, with the dy rows one input row reads, outgrows L2 (the C3D block:
+  // 442 + 126 KiB against Zen 3's 512) folds each input row tap by tap (dgrad_rows_tap_outer): the
+  // register blocks' sweeps would otherwise stream a channel block's whole packed filter (221 KiB) from
+  // L2 for every 3 pixels, 21 bytes a cycle, and slow down with whatever else loads that L2 (a busy
+  // sibling hyperthread). AVX2, AMD Zen 3, one thread, in one process, fastest / 10th percentile of
+  // 40-120 calls, ms: 3x3x3 28x28x128 depth 8 60.7 / 61.6 -> 58.5 / 58.7, 14x14x256 depth 8 61.3 / 64.4
+  // -> 58.6 / 59.5, the C3D block at depth 4 26.6 / 27.1 -> 26.0 / 26.1; the C3D block itself (depth 16,
+  // batch 2) even (232.9 / 233.4 -> 235.1 / 236.1; two threads 116.2 / 119.0 -> 117.7 / 119.7).
+  static bool rows_tap_outer(const ConvProblem& p) {
+    return (p.D > 1 || p.KD > 1) && p.taps() > 1 &&
+           Base::filter_and_rows_past_l2(p.filter_elems(), p.KD * p.KH * p.OW * p.Co);
+  }
+
+  // dgrad_dense's fold with the loops turned: one unit is one input row of one channel block, whose
+  // pixel blocks (PixelBlocks, all NP wide) keep their accumulators in memory tiles while each tap
+  // (kd, kh, kw) in turn sweeps them (Base::sweep_tiles), its packed filter slice (cog*BW values) held
+  // in L1 across the row; a long row goes by segments of at most kTileBytes of tiles, which bounds the
+  // lists too. Each pixel still folds its taps in ascending (kd, kh, kw), o ascending within, skipping
+  // the taps that reach no output: the same fmas in the same order as dgrad_dense.
+  template <int NP, int NW>
+  static void dgrad_rows_tap_outer(const ConvProblem& p, const Rows<T>& dy, const T* wt, const PixelBlocks<NP, NP>& pb,
+                                   const OutSpec& dx, const CpuExecutor& ex) {
+    constexpr int BW = kLanes * NW;
+    constexpr i64 kTileBytes = i64(8) << 10;  // with the filter slice (8 KiB at 64 x 32 floats), inside L1
+    const i64 cog = p.Cog(), nb = ceil_div(p.Cg, BW), taps = p.taps(), blocks = pb.count();
+    const i64 seg_max = std::max<i64>(1, kTileBytes / (NP * BW * i64(sizeof(T))));
+    const i64 seg = std::max<i64>(1, ceil_div(blocks, std::max<i64>(1, ceil_div(blocks, seg_max))));  // evened
+    const bool stream = Base::streamable(dx, p.x_elems());
+    const Strides4 xs = dx.s;
+    // Channel blocks innermost: consecutive units read the same dy rows.
+    ex.parallel_for(p.N * p.D * p.H * p.G * nb, taps * cog * BW * p.W, [&](i64 u0, i64 u1) {
+      FpEnv guard;
+      std::vector<T> tiles(seg * NP * BW);
+      std::vector<const T*> tap_x(taps * seg);  // [tap][block]: the block's pixel lo's dy, or null
+      std::vector<TapSpan> tap_span(taps * seg);
+      std::vector<TapCols> cols(p.KW);
+      i64 off[NP];
+      for (int q = 0; q < NP; ++q) off[q] = q * p.Co;
+      const BlockOut streamed(dx, stream, nullptr), plain(dx, false, nullptr);
+      for (i64 u = u0; u < u1; ++u) {
+        i64 rem = u;
+        const i64 b = rem % nb;
+        rem /= nb;
+        const i64 g = rem % p.G;
+        rem /= p.G;
+        const i64 ih = rem % p.H;
+        rem /= p.H;
+        const i64 id = rem % p.D, n = rem / p.D;
+        const T* wb = wt + (g * nb + b) * taps * cog * BW;
+        const BlockOut& to = g * p.Cg % kLanes == 0 ? streamed : plain;
+        for (i64 k0 = 0; k0 < blocks; k0 += seg) {
+          const i64 kn = std::min(seg, blocks - k0);
+          std::fill(tiles.begin(), tiles.end(), T(0));
+          std::fill(tap_x.begin(), tap_x.end(), nullptr);
+          for (i64 k = 0; k < kn; ++k) {
+            const auto blk = pb.block(k0 + k);
+            if (blk.width == 0) continue;
+            i64 iw[NP];
+            pb.columns(blk, iw);
+            tap_cols<NP>(p, iw, cols.data());
+            for (i64 kd = 0; kd < p.KD; ++kd) {
+              const i64 od = dgrad_out_dep(p, id, kd);
+              if (od < 0) continue;
+              for (i64 kh = 0; kh < p.KH; ++kh) {
+                const i64 oh = dgrad_out_row(p, ih, kh);
+                if (oh < 0) continue;
+                const T* row = dy.row((n * p.OD + od) * p.OH + oh) + g * cog;
+                for (i64 kw = 0; kw < p.KW; ++kw) {
+                  const TapCols& tc = cols[kw];
+                  if (!tc.any) continue;
+                  const i64 t = ((kd * p.KH + kh) * p.KW + kw) * seg + k;
+                  tap_x[t] = row + (tc.ow0 + tc.lo) * p.Co;
+                  tap_span[t] = TapSpan{tc.lo, tc.hi, nullptr};
+                }
+              }
+            }
+          }
+          for (i64 t = 0; t < taps; ++t)
+            Base::template sweep_tiles<NP, NW>(tiles.data(), tap_x.data() + t * seg, tap_span.data() + t * seg, kn,
+                                               off, wb + t * cog * BW, cog);
+          for (i64 k = 0; k < kn; ++k) {
+            const auto blk = pb.block(k0 + k);
+            if (blk.width == 0) continue;
+            i64 iw[NP];
+            pb.columns(blk, iw);
+            const T* tile = tiles.data() + k * NP * BW;
+            for (int q = blk.store_from; q < NP; ++q) {
+              if (iw[q] < 0) continue;
+              const i64 o = xs.at5(n, id, ih, iw[q], g * p.Cg + b * BW);
+              for (int j = 0; j < NW; ++j)
+                to.put(V::load(tile + (q * NW + j) * kLanes), o + j * kLanes * xs.c, b * BW + j * kLanes, p.Cg);
+            }
+          }
+        }
       }
       if (stream) V::fence();
     });

@@ -102,8 +102,12 @@ struct KernelBase {
   // keeps its 1 MiB rule: rows inner, its C3D block gained 2-4% on two threads and nothing on one, and
   // its 3x3 28x28x128 lost 10-15% on one thread (its dy rows then pass once per channel block).
   static bool rows_inner_pays(i64 filter_values, i64 row_values, i64 block_values) {
+    return filter_and_rows_past_l2(filter_values, row_values) && block_values > row_values;
+  }
+  // Whether a filter with the rows one output row reads outgrows L2 (the core's, counted up to 1 MiB).
+  static bool filter_and_rows_past_l2(i64 filter_values, i64 row_values) {
     const i64 l2 = std::min(l2_cache_bytes(), i64(1) << 20);
-    return (filter_values + row_values) * i64(sizeof(T)) > l2 && block_values > row_values;
+    return (filter_values + row_values) * i64(sizeof(T)) > l2;
   }
   // Whether `channels` output channels suit blocks of `block` lanes (the wide forward and GEMM tiles):
   // whole blocks, or a last partial block whose empty lanes cost at most 1/16 more fmas (Xception's 728
@@ -586,6 +590,32 @@ struct KernelBase {
   static __attribute__((noinline)) void sweep_taps(Vec (&acc)[NP][NW], const T* const* base, const T* const* w,
                                                    const i64 (&off)[NP], i64 taps, i64 n, const TapSpan* span) {
     micro_taps<NP, NW, PF>(acc, base, w, off, taps, n, span);
+  }
+  // One tap over the pixel blocks of a row, each block's accumulators in a memory tile of NP*NW vectors
+  // (tiles + k*NP*NW*kLanes, unaligned), read before its fold and written after (a round trip through
+  // memory is exact): block k folds n values from base[k] (its pixel span[k].lo's data, pixel q's at
+  // base[k] + off[q] - off[lo]; null: the tap misses the block) against w over its pixels [span[k].lo,
+  // span[k].hi), the others keeping their bits. The tap's filter slice stays in L1 across the row.
+  template <int NP, int NW>
+  static __attribute__((noinline)) void sweep_tiles(T* tiles, const T* const* base, const TapSpan* span, i64 blocks,
+                                                    const i64 (&off)[NP], const T* w, i64 n) {
+    for (i64 k = 0; k < blocks; ++k) {
+      if (!base[k]) continue;
+      T* tile = tiles + k * NP * NW * kLanes;
+      const int lo = span[k].lo, hi = span[k].hi;
+      const T* xp[NP];  // read for [lo, hi) only; the others point at a pixel that is
+      for (int q = 0; q < NP; ++q) xp[q] = base[k] + (off[std::min(std::max(q, lo), hi - 1)] - off[lo]);
+      if (lo == 0 && hi == NP) {
+        micro_mem<NP, NW>(tile, xp, w, n);
+        continue;
+      }
+      Vec r[NP][NW];
+      for (int q = 0; q < NP; ++q)
+        for (int j = 0; j < NW; ++j) r[q][j] = V::load(tile + (q * NW + j) * kLanes);
+      micro_range<NP, NW>(r, xp, lo, hi, w, n);
+      for (int q = 0; q < NP; ++q)
+        for (int j = 0; j < NW; ++j) V::store(tile + (q * NW + j) * kLanes, r[q][j]);
+    }
   }
   // micro() on pixels [lo, hi) only; the others' accumulators keep their
   // bits. One instantiation per span, so no pixel pays a masked fma (AVX2 3x3
