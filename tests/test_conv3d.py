@@ -128,14 +128,15 @@ def test_large_input_gradient_streamed():
     ((2, 3, 4, 5, 128), 1, "SAME", 1),
     ((1, 3, 5, 7, 128), (1, 2, 2), "VALID", 1),  # stride phases: blocks some taps miss
     ((1, 2, 3, 2, 128), 1, "SAME", (1, 1, 2)),   # rows narrower than a pixel block, dilated taps
-    ((1, 2, 2, 70, 128), 1, "SAME", 1),          # a row in two segments of tiles
+    ((1, 2, 2, 70, 128), 1, "SAME", 1),          # a row in two segments of tiles, ending in two 2-pixel blocks
 ])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_large_filter_rows_inner(shape, strides, padding, dilations, dtype):
     # A filter past 1 MiB (3x3x3, 128 -> 96: 1.3 MiB) reorders the forward's units (depth as rows; past L2
     # with the rows they read: KernelBase::rows_inner_pays) and turns the input gradient's loops, each
-    # tap sweeping a whole input row (DgradKernels::dgrad_rows_tap_outer, where its blocks are all one
-    # width); neither changes bits: every ISA path against the reference.
+    # tap sweeping a whole input row (DgradKernels::dgrad_rows_tap_outer, on the ISAs whose register
+    # blocks are all one width; its rows end in narrower blocks); neither changes bits: every ISA path
+    # against the reference.
     r = np.random.default_rng(8)
     x = rand(r, shape, dtype)
     f = rand(r, (3, 3, 3, 128, 96), dtype, 1.0 / 16)
