@@ -28,9 +28,10 @@ struct DgradKernels : KernelBase<V> {
       int store_from = 0;
       i64 col(int q) const { return first + q; }
     };
-    // Block k's pixel columns iw[q], -1 past the row or past the block's width.
-    void columns(const Block& k, i64 (&iw)[NP]) const {
-      for (int q = 0; q < NP; ++q) {
+    // Block k's pixel columns iw[q], -1 past the row or past the block's width (all -1: no block).
+    template <int NB>
+    void columns(const Block& k, i64 (&iw)[NB]) const {
+      for (int q = 0; q < NB; ++q) {
         const i64 col = k.ph + k.col(q) * sw;
         iw[q] = q < k.width && col < W ? col : -1;
       }
@@ -185,10 +186,7 @@ struct DgradKernels : KernelBase<V> {
         auto block = [&](auto nb_c) __attribute__((always_inline)) {
           constexpr int NB = decltype(nb_c)::value;
           i64 iw[NB];
-          for (int q = 0; q < NB; ++q) {
-            const i64 col = blk.ph + blk.col(q) * p.sw;
-            iw[q] = col < p.W ? col : -1;
-          }
+          pb.columns(blk, iw);
           Vec acc[NB][NW];
           for (int q = 0; q < NB; ++q)
             for (int j = 0; j < NW; ++j) acc[q][j] = V::zero();
@@ -306,6 +304,10 @@ struct DgradKernels : KernelBase<V> {
       std::vector<const T*> tap_x(taps * seg);  // [tap][block]: the block's pixel lo's dy, or null
       std::vector<TapSpan> tap_span(taps * seg);
       std::vector<TapCols> cols(p.KW);
+      struct Columns {
+        i64 iw[NP];
+      };
+      std::vector<Columns> seg_cols(seg);  // each block's pixel columns (PixelBlocks::columns), for the stores
       i64 off[NP];
       for (int q = 0; q < NP; ++q) off[q] = q * p.Co;
       const BlockOut streamed(dx, stream, nullptr), plain(dx, false, nullptr);
@@ -325,10 +327,10 @@ struct DgradKernels : KernelBase<V> {
           std::fill(tiles.begin(), tiles.end(), T(0));
           std::fill(tap_x.begin(), tap_x.end(), nullptr);
           for (i64 k = 0; k < kn; ++k) {
+            i64 (&iw)[NP] = seg_cols[k].iw;
             const auto blk = pb.block(k0 + k);
-            if (blk.width == 0) continue;
-            i64 iw[NP];
             pb.columns(blk, iw);
+            if (blk.width == 0) continue;
             tap_cols<NP>(p, iw, cols.data());
             reached_dy_rows(p, dy, n, id, ih, g, [&](i64 kd, i64 kh, const T* row) {
               for (i64 kw = 0; kw < p.KW; ++kw) {
@@ -343,13 +345,10 @@ struct DgradKernels : KernelBase<V> {
           for (i64 t = 0; t < taps; ++t)
             Base::template sweep_tiles<NP, NW>(tiles.data(), tap_x.data() + t * seg, tap_span.data() + t * seg, kn,
                                                off, wb + t * cog * BW, cog);
-          for (i64 k = 0; k < kn; ++k) {
-            const auto blk = pb.block(k0 + k);
-            if (blk.width == 0) continue;
-            i64 iw[NP];
-            pb.columns(blk, iw);
+          for (i64 k = 0; k < kn; ++k) {  // (rows end in narrower blocks: no pixel is folded twice)
+            const i64 (&iw)[NP] = seg_cols[k].iw;
             const T* tile = tiles.data() + k * NP * BW;
-            for (int q = blk.store_from; q < NP; ++q) {
+            for (int q = 0; q < NP; ++q) {
               if (iw[q] < 0) continue;
               const i64 o = xs.at5(n, id, ih, iw[q], g * p.Cg + b * BW);
               for (int j = 0; j < NW; ++j)
