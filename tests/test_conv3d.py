@@ -130,25 +130,27 @@ def test_large_input_gradient_streamed():
     ((1, 2, 3, 2, 128), 1, "SAME", (1, 1, 2)),   # rows narrower than a pixel block, dilated taps
     ((1, 2, 2, 70, 128), 1, "SAME", 1),          # a row in two segments of tiles, ending in two 2-pixel blocks
 ])
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_large_filter_rows_inner(shape, strides, padding, dilations, dtype):
+@pytest.mark.parametrize("dtype,acc", DTYPES, ids=DTYPE_IDS)
+def test_large_filter_rows_inner(shape, strides, padding, dilations, dtype, acc):
     # A filter past 1 MiB (3x3x3, 128 -> 96: 1.3 MiB) reorders the forward's units (depth as rows; past L2
     # with the rows they read: KernelBase::rows_inner_pays) and turns the input gradient's loops, each
     # tap sweeping a whole input row (DgradKernels::dgrad_rows_tap_outer, on the ISAs whose register
     # blocks are all one width; its rows end in narrower blocks); neither changes bits: every ISA path
-    # against the reference.
+    # against the reference, in every dtype and accumulation (16-bit values are widened into the same
+    # float lanes; native float16 folds each fma with its own rounding).
     r = np.random.default_rng(8)
     x = rand(r, shape, dtype)
     f = rand(r, (3, 3, 3, 128, 96), dtype, 1.0 / 16)
     assert f.size * 4 > 1 << 20
-    want_y = ref.conv3d(x, f, strides, padding, dilations)
+    want_y = ref.conv3d(x, f, strides, padding, dilations, accumulation=acc)
     dy = rand(r, want_y.shape, dtype)
-    want_dx = ref.conv3d_backprop_input(dy, f, x.shape, strides, padding, dilations)
+    want_dx = ref.conv3d_backprop_input(dy, f, x.shape, strides, padding, dilations, accumulation=acc)
     for isa in detconv.cpu_isa(supported=True):
         with on_cpu_isa(detconv, isa):
-            got_y = detconv.conv3d(x, f, strides, padding, dilations=dilations).numpy()
+            got_y = detconv.conv3d(x, f, strides, padding, dilations=dilations, accumulation=acc).numpy()
             assert_bits_equal(got_y, want_y, f"{isa} forward")
-            got_dx = detconv.conv3d_backprop_input(x.shape, f, dy, strides, padding, dilations=dilations).numpy()
+            got_dx = detconv.conv3d_backprop_input(x.shape, f, dy, strides, padding, dilations=dilations,
+                                                   accumulation=acc).numpy()
             assert_bits_equal(got_dx, want_dx, f"{isa} dx")
 
 
