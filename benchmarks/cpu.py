@@ -10,7 +10,10 @@ clock change hits both alike). ratio = the median over repeats of peer time /
 detconv time of one adjacent pair of runs (> 1: detconv is faster): shared
 cloud cores change speed by up to 2x from one second to the next (a sibling
 hyperthread busy or idle), which two separate medians do not cancel; the
-table ends with the geometric mean of the ratios. The peer is
+table ends with the geometric mean of the ratios. "fastest" is the fastest
+peer run over the fastest detconv run: each side undisturbed, where a busy
+neighbour slows the two unequally (a kernel streaming from L2 more than one
+that keeps its operands in L1). The peer is
 tf.nn, or with --peer float32 detconv itself on float32 tensors (the 16-bit
 goals: float16 inputs at >= 0.9x, native float16 accumulation at >= 0.2x).
 
@@ -107,7 +110,8 @@ def _select_layers(args):
 
 def _median_ms_pair(fa, fb, warmup, repeats):
     """Medians (ms) of fa and fb, timed alternately (a-b, then b-a) so drift and neighbours hit both alike,
-    and the median of the paired ratios a/b (each repeat's two runs are adjacent in time)."""
+    the median of the paired ratios a/b (each repeat's two runs are adjacent in time) and the ratio of
+    the fastest runs."""
     for _ in range(warmup):
         fa()
         fb()
@@ -118,7 +122,8 @@ def _median_ms_pair(fa, fb, warmup, repeats):
             fn()
             times.append(time.perf_counter() - t)
     ratio = statistics.median(a / b for a, b in zip(ta, tb)) if all(tb) else None
-    return 1e3 * statistics.median(ta), 1e3 * statistics.median(tb), ratio
+    fastest = min(ta) / min(tb) if all(tb) else None
+    return 1e3 * statistics.median(ta), 1e3 * statistics.median(tb), ratio, fastest
 
 
 def _median_ms(fn, warmup, repeats):
@@ -235,12 +240,13 @@ def _fmt_ms(v):
 
 def _table(rows, args, tf, dc, threads, elapsed, peak):
     pn = "tf" if args.peer == "tf" else "f32"  # the peer column's name
-    head = ("layer", "pass", f"{pn} ms", "detconv ms", "ratio", f"{pn} GFLOP/s", "dc GFLOP/s", f"{pn} %pk",
+    head = ("layer", "pass", f"{pn} ms", "detconv ms", "ratio", "fastest", f"{pn} GFLOP/s", "dc GFLOP/s", f"{pn} %pk",
             "dc %pk", "rel.diff")
     lines = [tuple(head)]
     for r in rows:
         lines.append((r["layer"], r["pass"], _fmt_ms(r["tf_ms"]), _fmt_ms(r["dc_ms"]),
                       "n/a" if r["ratio"] is None else f"{r['ratio']:.2f}",
+                      "n/a" if r["fastest"] is None else f"{r['fastest']:.2f}",
                       "n/a" if r["tf_ms"] is None else f"{r['flops'] / r['tf_ms'] / 1e6:.1f}",
                       "n/a" if r["dc_ms"] is None else f"{r['flops'] / r['dc_ms'] / 1e6:.1f}",
                       "n/a" if r["tf_ms"] is None else f"{100 * r['flops'] / r['tf_ms'] / 1e6 / peak:.0f}",
@@ -262,6 +268,8 @@ def _table(rows, args, tf, dc, threads, elapsed, peak):
             rp = [r["ratio"] for r in rows if r["ratio"] and r["pass"] == p]
             if rp:
                 out.append(f"  {p:>3}: {math.exp(sum(math.log(v) for v in rp) / len(rp)):.3f}")
+        fast = [r["fastest"] for r in rows if r["fastest"]]
+        out.append(f"geometric mean of the fastest runs' ratios: {math.exp(sum(math.log(v) for v in fast) / len(fast)):.3f}")
     out.append(f"batch {args.batch}, {args.dtype}, detconv accumulation {args.accumulation or 'default'}, "
                f"detconv CPU path {dc.cpu_isa()}, intra-op threads {threads}, median of {args.repeats} after "
                f"{args.warmup} warm-up, TensorFlow {tf.__version__} (oneDNN {os.environ.get('TF_ENABLE_ONEDNN_OPTS') or 'default'}), {elapsed:.0f} s")
@@ -345,7 +353,7 @@ def main(argv=None):
             for p in args.passes:
                 flops, tf_fn, dc_fn = cells[p]
                 row = {"layer": layer[0], "pass": p, "flops": flops, "tf_ms": None, "dc_ms": None,
-                       "ratio": None, "diff": "-"}
+                       "ratio": None, "fastest": None, "diff": "-"}
                 tf_ok = dc_ok = True
                 try:
                     tf_fn()
@@ -356,7 +364,8 @@ def main(argv=None):
                 except Exception as e:  # noqa: BLE001
                     row["diff"], dc_ok = f"detconv: {type(e).__name__}: {str(e)[:60]}", False
                 if tf_ok and dc_ok:
-                    row["tf_ms"], row["dc_ms"], row["ratio"] = _median_ms_pair(tf_fn, dc_fn, args.warmup, args.repeats)
+                    row["tf_ms"], row["dc_ms"], row["ratio"], row["fastest"] = _median_ms_pair(
+                        tf_fn, dc_fn, args.warmup, args.repeats)
                 elif tf_ok:
                     row["tf_ms"] = _median_ms(tf_fn, args.warmup, args.repeats)
                 elif dc_ok:
