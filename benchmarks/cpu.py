@@ -261,15 +261,15 @@ def _table(rows, args, tf, dc, threads, elapsed, peak):
     ratios = [r["ratio"] for r in rows if r["ratio"]]
     out.append("")
     if ratios:
-        gm = math.exp(sum(math.log(v) for v in ratios) / len(ratios))
+        gm = statistics.geometric_mean(ratios)
         peer = "tf" if args.peer == "tf" else "detconv float32"
         out.append(f"geometric mean of ratios ({peer}/detconv, >1 = detconv faster): {gm:.3f} over {len(ratios)} cells")
         for p in args.passes:
             rp = [r["ratio"] for r in rows if r["ratio"] and r["pass"] == p]
             if rp:
-                out.append(f"  {p:>3}: {math.exp(sum(math.log(v) for v in rp) / len(rp)):.3f}")
+                out.append(f"  {p:>3}: {statistics.geometric_mean(rp):.3f}")
         fast = [r["fastest"] for r in rows if r["fastest"]]
-        out.append(f"geometric mean of the fastest runs' ratios: {math.exp(sum(math.log(v) for v in fast) / len(fast)):.3f}")
+        out.append(f"geometric mean of the fastest runs' ratios: {statistics.geometric_mean(fast):.3f}")
     out.append(f"batch {args.batch}, {args.dtype}, detconv accumulation {args.accumulation or 'default'}, "
                f"detconv CPU path {dc.cpu_isa()}, intra-op threads {threads}, median of {args.repeats} after "
                f"{args.warmup} warm-up, TensorFlow {tf.__version__} (oneDNN {os.environ.get('TF_ENABLE_ONEDNN_OPTS') or 'default'}), {elapsed:.0f} s")
