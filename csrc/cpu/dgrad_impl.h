@@ -90,15 +90,9 @@ struct DgradKernels : KernelBase<V> {
   template <class Fn>
   static inline __attribute__((always_inline)) void reached_dy_rows(const ConvProblem& p, const Rows<T>& dy, i64 n,
                                                                     i64 id, i64 ih, i64 g, Fn&& fn) {
-    for (i64 kd = 0; kd < p.KD; ++kd) {
-      const i64 od = dgrad_out_dep(p, id, kd);
-      if (od < 0) continue;
-      for (i64 kh = 0; kh < p.KH; ++kh) {
-        const i64 oh = dgrad_out_row(p, ih, kh);
-        if (oh < 0) continue;
-        fn(kd, kh, dy.row((n * p.OD + od) * p.OH + oh) + g * p.Cog());
-      }
-    }
+    dgrad_reached_rows(p, id, ih, [&](i64 kd, i64 kh, i64 od, i64 oh) {
+      fn(kd, kh, dy.row((n * p.OD + od) * p.OH + oh) + g * p.Cog());
+    });
   }
 
   // Dense: lanes over BW input channels i of one group. Also every 3-D
