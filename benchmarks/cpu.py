@@ -320,16 +320,12 @@ def _png(path, rows):
 
 def main(argv=None):
     args = _parse_args(sys.argv[1:] if argv is None else argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    # The peer is TensorFlow's oneDNN path, its fastest on CPUs, which its x86 builds enable by default only on
-    # some CPUs (with AVX-512 VNNI, BF16 or AMX): on an AVX2-only AMD EPYC its own kernels ran instead (3-D
-    # input gradient 943 ms against oneDNN's 154). TF_ENABLE_ONEDNN_OPTS=0 measures those.
-    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
     import numpy as np
-    import tensorflow as tf
 
-    if args.threads:
-        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # also when `detconv bench` loads this file
+    import cpu_peer
+
+    tf = cpu_peer.tensorflow(args.threads)
     import detconv as dc
 
     if args.isa != "auto" and not dc.set_cpu_isa(args.isa):

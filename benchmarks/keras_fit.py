@@ -16,7 +16,6 @@ detconv's custom ops, and the stock side should run the same graph machinery.
 """
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -86,20 +85,16 @@ def _time_pair(stock, converted, x, y, warmup, steps):
 
 def main(argv=None):
     args = _parse_args(sys.argv[1:] if argv is None else argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    # The peer is TensorFlow's oneDNN path, its fastest on CPUs, which its x86 builds enable by default only on
-    # some CPUs (with AVX-512 VNNI, BF16 or AMX): on an AVX2-only AMD EPYC its own kernels ran instead (3-D
-    # input gradient 943 ms against oneDNN's 154). TF_ENABLE_ONEDNN_OPTS=0 measures those.
-    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
     import numpy as np
-    import tensorflow as tf
+
+    import cpu_peer
+
+    tf = cpu_peer.tensorflow(args.threads)
     import keras
 
     import detconv
     import detconv.keras as dk
 
-    if args.threads:
-        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     if not detconv.set_cpu_isa(args.isa):
         print(f"keras_fit.py: --isa {args.isa} is not supported on this machine", file=sys.stderr)
         return 2
