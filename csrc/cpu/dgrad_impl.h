@@ -90,9 +90,7 @@ struct DgradKernels : KernelBase<V> {
   template <class Fn>
   static inline __attribute__((always_inline)) void reached_dy_rows(const ConvProblem& p, const Rows<T>& dy, i64 n,
                                                                     i64 id, i64 ih, i64 g, Fn&& fn) {
-    dgrad_reached_rows(p, id, ih, [&](i64 kd, i64 kh, i64 od, i64 oh) {
-      fn(kd, kh, dy.row((n * p.OD + od) * p.OH + oh) + g * p.Cog());
-    });
+    for (DgradReachedRows r(p, id, ih); r.next();) fn(r.kd, r.kh, dy.row((n * p.OD + r.od) * p.OH + r.oh) + g * p.Cog());
   }
 
   // Dense: lanes over BW input channels i of one group. Also every 3-D

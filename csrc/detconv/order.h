@@ -66,20 +66,29 @@ DC_HD Acc fprop_fold(const ConvProblem& p, i64 n, i64 od, i64 oh, i64 ow, i64 o,
 }
 
 // ----------------------------------------------------- input-gradient fold
-// fn(kd, kh, od, oh) for each filter row (kd, kh), in fold order, through which input
-// row (id, ih) reaches an output row (od, oh); the rows that reach none are skipped.
-template <class Fn>
-DC_HD void dgrad_reached_rows(const ConvProblem& p, i64 id, i64 ih, Fn&& fn) {
-  for (i64 kd = 0; kd < p.KD; ++kd) {
-    const i64 od = dgrad_out_dep(p, id, kd);
-    if (od < 0) continue;
-    for (i64 kh = 0; kh < p.KH; ++kh) {
-      const i64 oh = dgrad_out_row(p, ih, kh);
-      if (oh < 0) continue;
-      fn(kd, kh, od, oh);
+// The filter rows (kd, kh) through which input row (id, ih) reaches an output row (od, oh), in fold
+// order, skipping the rows that reach none: for (DgradReachedRows r(p, id, ih); r.next();) ...
+// (a loop, not a callback, so that kernels compiled for an ISA inline it into their own loops).
+struct DgradReachedRows {
+  DC_HD DgradReachedRows(const ConvProblem& p, i64 id, i64 ih) : p_(p), id_(id), ih_(ih) {}
+  // Moves to the next such row; false past the last.
+  DC_HD bool next() {
+    for (++kh; kd < p_.KD; ++kd, kh = 0) {
+      od = dgrad_out_dep(p_, id_, kd);
+      if (od < 0) continue;
+      for (; kh < p_.KH; ++kh) {
+        oh = dgrad_out_row(p_, ih_, kh);
+        if (oh >= 0) return true;
+      }
     }
+    return false;
   }
-}
+  i64 kd = 0, kh = -1, od = -1, oh = -1;
+
+ private:
+  const ConvProblem& p_;
+  i64 id_, ih_;
+};
 
 // dx[n,id,ih,iw,c] = round(fold_{kd,kh,kw,o in group(c) ascending} fma(dy, f, acc)).
 // Taps that reach no output are skipped, not multiplied by zero.
@@ -87,14 +96,14 @@ template <class Acc, class DyAt, class FAt, class Fma>
 DC_HD Acc dgrad_fold(const ConvProblem& p, i64 n, i64 id, i64 ih, i64 iw, i64 c, DyAt dy_at, FAt f_at, Fma fma) {
   const i64 g = c / p.Cg, i = c % p.Cg, cog = p.Cog();
   Acc acc = Acc(0);
-  dgrad_reached_rows(p, id, ih, [&](i64 kd, i64 kh, i64 od, i64 oh) {
+  for (DgradReachedRows r(p, id, ih); r.next();) {
     for (i64 kw = 0; kw < p.KW; ++kw) {
       const i64 ow = dgrad_out_col(p, iw, kw);
       if (ow < 0) continue;
       for (i64 o = g * cog; o < (g + 1) * cog; ++o)
-        acc = fma(dy_at(n, od, oh, ow, o), f_at(kd, kh, kw, i, o), acc);
+        acc = fma(dy_at(n, r.od, r.oh, ow, o), f_at(r.kd, r.kh, kw, i, o), acc);
     }
-  });
+  }
   return acc;
 }
 
