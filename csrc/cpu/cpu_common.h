@@ -77,6 +77,20 @@ inline i64 l2_cache_bytes() {
   return bytes;
 }
 
+// Whether this CPU is AMD's: the forward's filter prefetch is Intel's (fprop_impl.h), another
+// schedule choice that never moves a bit.
+inline bool cpu_is_amd() {
+#if DETCONV_X86
+  static const bool amd = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_is("amd") != 0;
+  }();
+  return amd;
+#else
+  return false;
+#endif
+}
+
 // Elements a kernel may read past the last one it uses (whole vectors).
 constexpr i64 kPad = 64;
 
