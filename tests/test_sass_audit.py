@@ -206,6 +206,7 @@ def _shipped_sm90():
     return spec.origin if spec and spec.origin else None
 
 
+@pytest.mark.long
 def test_sass_audit_kernels(tmp_path):
     if os.environ.get("DETCONV_SKIP_SASS_AUDIT") == "1":
         pytest.skip("DETCONV_SKIP_SASS_AUDIT=1")

@@ -50,6 +50,7 @@ def _check(r, what):
     return int(m.group(1))
 
 
+@pytest.mark.long
 @needs_cxx
 @skip_emu
 def test_cuda_kernels_under_emulation(tmp_path):
