@@ -423,7 +423,8 @@ struct KernelBase {
   // Filter blocks past this many bytes stream from L2 rather than sit in L1 (48 KiB on the Intel cores
   // measured, 32 KiB on AMD's): their sweeps prefetch kPrefetchAhead bytes ahead of the filter reads (PF).
   // Not lowered for AMD: the AVX2 3x3 56x56x64 input gradient's 36 KiB slices measured even with the
-  // prefetch on Zen 4 (10.63 vs 10.61 ms; C3D block dx 104.9 vs 105.7).
+  // prefetch on Zen 4 (10.63 vs 10.61 ms; C3D block dx 104.9 vs 105.7). The forward's sweeps skip the
+  // prefetch on AMD altogether (fprop_dense: it cost 8% of a busy Zen 3's C3D forward).
   static constexpr i64 kFilterL1Bytes = i64(48) << 10, kPrefetchAhead = 1024;
   static constexpr bool filter_past_l1(i64 values) { return values * i64(sizeof(T)) > kFilterL1Bytes; }
 
@@ -448,7 +449,8 @@ struct KernelBase {
   // PF: each iteration prefetches its filter lines kPrefetchAhead bytes on (a filter streaming from L2:
   // Intel's hardware prefetchers left the AVX2 3x4 tile's loads waiting on L2; batch 8, two threads, two
   // builds in alternating processes: C3D block forward 121 -> 109 and 125 -> 109 ms, dx 129 -> 111 and
-  // 132 -> 111; 3x3 28x28x128 forward 11.0 -> 10.4 and 11.5 -> 10.2; AVX-512 within noise to 7%).
+  // 132 -> 111; 3x3 28x28x128 forward 11.0 -> 10.4 and 11.5 -> 10.2; AVX-512 within noise to 7%). Off for
+  // the forward on AMD (fprop_dense, cpu_is_amd()).
   template <int NP, int NW = NV, bool PF = false>
   static inline __attribute__((always_inline)) void micro_regs(Vec (&r)[NP][NW], const T* const (&xp)[NP], const T* w,
                                                                i64 n) {
