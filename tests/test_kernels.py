@@ -150,6 +150,18 @@ def test_thread_count_never_changes_bits(rng):
             assert_bits_equal(g, w, f"threads={t} {name}")
 
 
+def test_threads_draining_many_chunks_never_change_bits(rng):
+    # Large enough that each thread takes several of the executor's chunks (csrc/detconv/unit_queue.h: chunks
+    # of at least 2^24 cost units; the forward here has 14): every unit computed once, one thread's bits.
+    x, f, b = rand(rng, (2, 56, 56, 64), "float32"), rand(rng, (3, 3, 64, 64), "float32"), rand(rng, (64,), "float32")
+    dy = rand(rng, (2, 56, 56, 64), "float32")
+    one = _all(K, x, f, b, dy, 1, 1, "SAME", None, threads=1)
+    for t in (2, 3):
+        many = _all(K, x, f, b, dy, 1, 1, "SAME", None, threads=t)
+        for name, g, w in zip(NAMES, many, one):
+            assert_bits_equal(g, w, f"threads={t} {name}")
+
+
 def test_wgrad_many_chunks(rng):
     # R = 4*20*20 = 1600 and a small filter: ceil(R/64) = 25 chunks added in order.
     x, f, b, dy = _operands(rng, (4, 20, 20, 2), (3, 3, 2, 3), 1, 1, "SAME", "float32", None)

@@ -20,6 +20,7 @@
 #include "detconv/kernels.h"
 #include "detconv/order.h"
 #include "detconv/problem.h"
+#include "detconv/unit_queue.h"
 
 #if defined(DETCONV_MODULE_CUDA)
 #include <cuda_runtime_api.h>
@@ -30,9 +31,9 @@ using namespace detconv;
 
 namespace {
 
-// Splits [0, units) into contiguous ranges, one per thread; the calling thread
-// runs the first. Kernels partition over outputs (or dw chunks) only, so the
-// partition never changes a bit.
+// Runs a parallel_for on up to `threads` threads (the calling thread one of
+// them), each draining one UnitQueue. Kernels partition over outputs (or dw
+// chunks) only, so the partition never changes a bit.
 class ThreadExecutor : public CpuExecutor {
  public:
   explicit ThreadExecutor(int threads) : threads_(threads > 0 ? threads : 1) {}
@@ -49,35 +50,21 @@ class ThreadExecutor : public CpuExecutor {
       fn(0, units);
       return;
     }
-    const i64 per = units / t, extra = units % t;
-    auto range = [&](i64 k, i64& b, i64& e) {
-      b = k * per + std::min(k, extra);
-      e = b + per + (k < extra ? 1 : 0);
-    };
+    UnitQueue queue(units, cost, t);
     std::exception_ptr error;
     std::mutex error_mu;
+    auto drain = [&] {
+      try {
+        queue.drain(fn);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mu);
+        if (!error) error = std::current_exception();
+      }
+    };
     std::vector<std::thread> pool;
     pool.reserve(std::size_t(t - 1));
-    for (i64 k = 1; k < t; ++k) {
-      i64 b, e;
-      range(k, b, e);
-      pool.emplace_back([&fn, &error, &error_mu, b, e] {
-        try {
-          fn(b, e);
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(error_mu);
-          if (!error) error = std::current_exception();
-        }
-      });
-    }
-    try {
-      i64 b, e;
-      range(0, b, e);
-      fn(b, e);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mu);
-      if (!error) error = std::current_exception();
-    }
+    for (i64 k = 1; k < t; ++k) pool.emplace_back(drain);
+    drain();
     for (auto& th : pool) th.join();
     if (error) std::rethrow_exception(error);
   }

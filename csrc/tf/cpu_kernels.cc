@@ -1,7 +1,10 @@
 // CPU registration: the kernels run on TensorFlow's intra-op thread pool,
 // partitioned over outputs (or dw chunks) only.
 #define EIGEN_USE_THREADS
+#include <algorithm>
 #include <deque>
+#include <limits>
+#include "detconv/unit_queue.h"
 #include "tf/kernel_common.h"
 
 #include "tensorflow/core/framework/op_kernel.h"
@@ -10,14 +13,27 @@
 namespace detconv_tf {
 
 using CPUDevice = Eigen::ThreadPoolDevice;
+using ThreadPool = ::tensorflow::thread::ThreadPool;
+using detconv::UnitQueue;
 
 namespace {
 class TfPoolExecutor : public detconv::CpuExecutor {
  public:
   explicit TfPoolExecutor(OpKernelContext* ctx) : workers_(ctx->device()->tensorflow_cpu_worker_threads()), ctx_(ctx) {}
+  // One task per thread, each draining a UnitQueue; Eigen's cost model still decides whether
+  // the work is worth more than one thread (if not, one task drains it all).
   void parallel_for(i64 units, i64 cost, const std::function<void(i64, i64)>& fn) const override {
     if (units <= 0) return;
-    workers_->workers->ParallelFor(units, cost, [&fn](int64_t b, int64_t e) { fn(b, e); });
+    const i64 tasks = std::min<i64>(threads(), units);
+    if (tasks <= 1) {
+      fn(0, units);
+      return;
+    }
+    UnitQueue queue(units, cost, tasks);
+    const i64 per_task = units / tasks + (units % tasks != 0);
+    const i64 task_cost = cost > std::numeric_limits<i64>::max() / per_task ? std::numeric_limits<i64>::max() : cost * per_task;
+    workers_->workers->ParallelFor(tasks, ThreadPool::SchedulingParams::Adaptive(task_cost),
+                                   [&](int64_t, int64_t) { queue.drain(fn); });
   }
   int threads() const override { return workers_->num_threads > 0 ? workers_->num_threads : 1; }
   // TensorFlow's allocator reuses its buffers: no fresh pages (and page faults) per call.
