@@ -61,6 +61,7 @@ import argparse
 import bisect
 import concurrent.futures as cf
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -186,9 +187,20 @@ _GUARD_RE = re.compile(r"^(@!?U?P[T0-9]+)\s+")
 _LABEL_RE = re.compile(r"^\s*(\.L_x_\d+|\.L_\w+)\s*:")
 _REG_RE = re.compile(r"^[-!~]?\|?(R\d+)(?:\.[A-Za-z0-9_]+)*\|?$")
 _IMM_RE = re.compile(r"^-?0x[0-9a-fA-F]+$|^-?\d+$")
+_ENC_ONLY_RE = re.compile(r"\s*(?:/\*\s*0x[0-9a-fA-F]+\s*\*/\s*)*")  # the second encoding word's line
+_NESTED_COMMA_RE = re.compile(r"\[[^\]]*,|\([^)]*,")  # a comma inside [...] or (...)
+_OPCODE_RE = re.compile(r"[A-Z][A-Z0-9_]*(\.[A-Za-z0-9_]+)*")
+_TARGET_LABEL_RE = re.compile(r"\((\.L_\w+)\)")
+_TARGET_ADDR_RE = re.compile(r"0x[0-9a-fA-F]+")
+_BRANCHES = frozenset(("BRA", "CALL", "BSSY", "SSY", "PBK", "BRK", "JMP"))
 
 
 def _split_operands(s: str) -> list[str]:
+    if ("[" not in s and "(" not in s) or not _NESTED_COMMA_RE.search(s):  # no comma to skip
+        out = [o.strip() for o in s.split(",")]
+        if not out[-1]:
+            out.pop()
+        return out
     out, depth, cur = [], 0, []
     for c in s:
         if c in "[(":
@@ -213,7 +225,9 @@ def parse_insns(lines) -> tuple[list[Insn], dict[str, int]]:
     labels: dict[str, int] = {}
     pending_labels: list[str] = []
     for raw in lines:
-        line = _ENC_RE.sub("", raw)
+        if raw.lstrip().startswith("/* 0x") and _ENC_ONLY_RE.fullmatch(raw):
+            continue
+        line = _ENC_RE.sub("", raw) if "/*" in raw else raw
         m = _LABEL_RE.match(line)
         if m:
             pending_labels.append(m.group(1))
@@ -236,7 +250,7 @@ def parse_insns(lines) -> tuple[list[Insn], dict[str, int]]:
                 continue  # directives (.headerflags, .target), 'Function : ...'
             parts = piece.split(None, 1)
             opcode = parts[0]
-            if not re.fullmatch(r"[A-Z][A-Z0-9_]*(\.[A-Za-z0-9_]+)*", opcode):
+            if not _OPCODE_RE.fullmatch(opcode):
                 continue
             ops = _split_operands(parts[1]) if len(parts) > 1 else []
             base, *mods = opcode.split(".")
@@ -244,12 +258,12 @@ def parse_insns(lines) -> tuple[list[Insn], dict[str, int]]:
                 addr = insns[-1].addr + 16
             ins = Insn(len(insns), addr, guard, opcode, base, tuple(mods), ops,
                        (guard + " " if guard else "") + piece.strip())
-            if base in ("BRA", "CALL", "BSSY", "SSY", "PBK", "BRK", "JMP") and ops:
+            if base in _BRANCHES and ops:
                 t = ops[-1]
-                mm = re.search(r"\((\.L_\w+)\)", t)
+                mm = _TARGET_LABEL_RE.search(t)
                 if mm:
                     ins.target = mm.group(1)
-                elif re.fullmatch(r"0x[0-9a-fA-F]+", t):
+                elif _TARGET_ADDR_RE.fullmatch(t):
                     ins.target = t
             for lab in pending_labels:
                 if addr is not None:
@@ -259,6 +273,7 @@ def parse_insns(lines) -> tuple[list[Insn], dict[str, int]]:
     return insns, labels
 
 
+@functools.lru_cache(maxsize=1 << 16)  # operands repeat: R2, R3.reuse, ...
 def _reg(op: str) -> str | None:
     m = _REG_RE.match(op.replace(".reuse", ""))
     if m and m.group(1) != "RZ":
@@ -289,6 +304,7 @@ MUL_RE = re.compile(r"^(FMUL|DMUL|HMUL)")
 ROUNDED_OPS = {"FADD", "FADD32I", "FFMA", "FFMA32I", "DADD", "DFMA", "HADD2",
                "HADD2_32I", "HFMA2", "HFMA2_32I", "FADD2", "FFMA2"}
 ATOMIC_BASES = {"RED", "REDG", "REDAS", "ATOM", "ATOMG", "ATOMS", "ATOMAS"}
+_IDIOM_BASES = frozenset(("I2F", "MUFU", "F2I", "IADD3", "VIADD", "IADD", "IADD32I"))  # audit_insns' dataflow
 FLOAT_ATOMIC_MODS = {"F16", "F16X2", "BF16", "BF16X2", "BF16_V2", "F16_V2",
                      "F32", "F64", "FADD", "FMIN", "FMAX", "FTZ", "RN"}
 
@@ -306,8 +322,15 @@ def audit_insns(insns: list[Insn]):
 
     for idx, ins in enumerate(insns):
         b, mods = ins.base, set(ins.mods)
-        dst = _reg(ins.operands[0]) if ins.operands else None
-        srcs = [_reg(o) for o in ins.operands[1:]]
+        if not (idx & 255):  # entries past the window can no longer be live: drop them
+            for table in (i2f, rcp, adj):
+                for r in [r for r, at in table.items() if idx - at > IDIOM_WINDOW]:
+                    del table[r]
+        if b in _IDIOM_BASES or i2f or rcp or adj:
+            dst = _reg(ins.operands[0]) if ins.operands else None
+            srcs = [_reg(o) for o in ins.operands[1:]]
+        else:  # no idiom in flight and none starting: the registers cannot matter
+            dst, srcs = None, []
         src0 = srcs[0] if srcs else None
         reasons: list[str] = []
         mark = None  # (table, reg) set by this instruction
@@ -651,11 +674,14 @@ def probe_disassembler(nvcc, cuobjdump, env, arch, tmp: Path):
         sys.exit(EXIT_ERROR)
 
 
+_FUNCTION_RE = re.compile(r"\s*Function : (\S+)")
+
+
 def split_functions(sass: str) -> list[tuple[str, list[str]]]:
     funcs: list[tuple[str, list[str]]] = []
     cur: list[str] | None = None
     for line in sass.splitlines():
-        m = re.match(r"\s*Function : (\S+)", line)
+        m = _FUNCTION_RE.match(line) if "Function : " in line else None
         if m:
             cur = []
             funcs.append((m.group(1), cur))
