@@ -74,17 +74,23 @@ _CANON_NAN = {
 
 def _round_to_odd_sum(x, y):
     """x + y (float64 arrays) rounded to odd at 53 bits. Non-finite sums pass through."""
-    t = x + y
-    bb = t - x
-    e = (x - (t - bb)) + (y - bb)  # TwoSum: x + y == t + e exactly when t is finite
-    # inexact (e != 0 and not NaN, i.e. t finite) and t's last bit even: step
-    # to the neighbour on e's side, which has an odd last bit.
-    inexact = (e > 0) | (e < 0)
+    t = np.add(x, y, out=np.empty(np.broadcast_shapes(np.shape(x), np.shape(y))))  # arrays, even 0-d
+    bb = np.subtract(t, x, out=np.empty_like(t))
+    e = np.subtract(t, bb, out=np.empty_like(t))
+    np.subtract(x, e, out=e)
+    np.subtract(y, bb, out=bb)
+    e += bb  # TwoSum: x + y == t + e exactly when t is finite (in place: this runs once per fma)
+    inexact = np.abs(e, out=bb) > 0  # e is NaN where t is not finite: passed through
+    # Where inexact, the exact sum lies between t and its neighbour on e's side; the one
+    # of the two nearer zero is t, or t one step down in magnitude where e points toward
+    # zero, and the odd one of the two is that one with its last bit set.
     bits = t.view(np.int64)
-    even = (bits & 1) == 0
-    step = np.where((e > 0) == (t > 0), 1, -1).astype(np.int64)
-    bits = bits + np.where(inexact & even, step, 0)
-    return bits.view(np.float64)
+    down = e.view(np.int64)
+    np.bitwise_xor(down, bits, out=down)
+    np.right_shift(down, 63, out=down)  # -1 where e and t differ in sign, else 0
+    down += bits
+    down |= 1
+    return np.where(inexact, down, bits).view(np.float64)
 
 
 def _fma32(a, b, c):
@@ -128,25 +134,26 @@ def _fma64(a, b, c):
         z = th + v
         # Where the algorithm's hypotheses (no overflow in the split or the
         # sums, no underflow of the product's error term or the result) might
-        # fail, use a slower exact route instead.
-        aa, ab_, ac = np.abs(a), np.abs(b), np.abs(c)
-        auh, az = np.abs(uh), np.abs(z)
-        finite = np.isfinite(a) & np.isfinite(b) & np.isfinite(c)
-        zero_prod = (a == 0) | (b == 0)
+        # fail, use a slower exact route instead. A NaN or inf operand fails
+        # the first test, a zero one the product's.
         big, small = 2.0 ** 995, 2.0 ** -900
-        safe = (finite & ~zero_prod & (aa < big) & (ab_ < big) & (ac < big)
-                & (auh < big) & (auh > small) & (az > small) & (az < big))
+        m = np.maximum(np.abs(a), np.abs(b))
+        np.maximum(m, np.abs(c), out=m)
+        auh, az = np.abs(uh), np.abs(z)
+        safe = (m < big) & (auh < big) & (auh > small) & (az > small) & (az < big)
+        if safe.all():
+            return z
+        at = np.nonzero(~safe)
+        a, b, c, uh = a[at], b[at], c[at], uh[at]
         # a or b zero (all finite): a*b is an exact +-0, so a*b + c is exact,
         # zero signs included. a or b inf/nan: the product is exactly what an
         # fma would see. c inf with a, b finite: the result is c.
         ab_finite = np.isfinite(a) & np.isfinite(b)
-        plain = np.where(ab_finite & ~np.isfinite(c), c, uh + c)
-        out = np.where(safe, z, plain)
-    slow = np.nonzero(finite & ~zero_prod & ~safe)
-    if slow[0].size:
-        out = np.array(out, copy=True)
-        for idx in zip(*slow):
-            out[idx] = _fma64_exact_scalar(float(a[idx]), float(b[idx]), float(c[idx]))
+        out = np.array(z, copy=True)
+        out[at] = np.where(ab_finite & ~np.isfinite(c), c, uh + c)
+    slow = np.nonzero(ab_finite & np.isfinite(c) & (a != 0) & (b != 0))[0]
+    for k in slow:
+        out[tuple(i[k] for i in at)] = _fma64_exact_scalar(float(a[k]), float(b[k]), float(c[k]))
     return out
 
 
