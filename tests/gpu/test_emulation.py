@@ -33,8 +33,8 @@ CONFIGS = cuda_tile_configs()
 CASES_AUTO = int(os.environ.get("DETCONV_EMU_CASES", "1200"))
 # Per forced configuration, and for the sanitized build (slower per case). The emulator's
 # cost is one fiber switch per thread per barrier; since the switch stopped being
-# swapcontext (two system calls) the compiles dominate: the test takes about 5 minutes on
-# two cores, two thirds of it building.
+# swapcontext (two system calls) the compiles weigh as much as the cases: about 210 of the
+# test's 430 CPU-seconds (run_emu.sh: the plain build at -O1, the sanitized one at -O0).
 CASES_FORCED = CASES_AUTO // 3
 CASES_SANITIZED = CASES_AUTO // 6
 
