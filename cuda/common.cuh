@@ -291,7 +291,6 @@ inline unsigned grid_for(i64 tiles) {
 }
 
 __host__ __device__ __forceinline__ i64 min64(i64 a, i64 b) { return a < b ? a : b; }
-__host__ __device__ __forceinline__ i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
 
 // Index arithmetic. Kernels are compiled twice: with I = int when every
 // coordinate, index and element count of the problem fits (fits_int32: all

@@ -62,8 +62,6 @@ inline T canonical_nan() {
   return sizeof(T) == 8 ? T(bits_f64(kCanonNaN64)) : T(bits_f32(kCanonNaN32));
 }
 
-inline i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
-
 // One core's L2 in bytes as the system reports it (1 MiB where it does not):
 // kernels size their loop order by it, a schedule choice that never moves a bit.
 inline i64 l2_cache_bytes() {

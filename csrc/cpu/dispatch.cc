@@ -166,7 +166,7 @@ AccValues<A> to_acc(const void* src, DType dt, i64 count, const CpuExecutor& ex)
   // In parallel blocks (a 3x3x512x512 filter is 2.4M values): F16C for float16.
   constexpr i64 kBlock = 16384;
   with_source<A>(src, dt, [&](auto load) {
-    ex.parallel_for(cpu::ceil_div(count, kBlock), kBlock, [&](i64 b0, i64 b1) {
+    ex.parallel_for(ceil_div(count, kBlock), kBlock, [&](i64 b0, i64 b1) {
       cpu::FpEnvGuard guard;  // conversions of subnormals must not meet DAZ
       const i64 k0 = b0 * kBlock, k1 = std::min(count, b1 * kBlock);
       if constexpr (std::is_same<A, float>::value) {

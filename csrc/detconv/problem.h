@@ -92,6 +92,10 @@ struct ConvProblem {
 // below 2^63.
 constexpr i64 kMaxElements = i64(1) << 56;
 
+// ceil(a / b) for a >= 0 and b > 0, a below 2^62 (blocks, tiles, chunks; resolve_dim
+// writes SAME's output size without the add, as sizes there are not checked yet).
+DC_HD i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
+
 namespace problem_detail {
 // a*b and a+b that report overflow instead of wrapping.
 inline bool mul(i64 a, i64 b, i64* out) { return !__builtin_mul_overflow(a, b, out); }

@@ -34,10 +34,9 @@ class UnitQueue {
 
  private:
   static i64 chunk_for(i64 units, i64 cost_per_unit, i64 threads) {
-    auto up = [](i64 a, i64 b) { return a / b + (a % b != 0); };
     const i64 t = std::max<i64>(threads, 1);
-    const i64 fine = std::max(up(units, t * kChunksPerThread), kMinChunkCost / std::max<i64>(cost_per_unit, 1));
-    return std::max<i64>(1, std::min(fine, up(units, t)));  // never fewer chunks than threads
+    const i64 fine = std::max(ceil_div(units, t * kChunksPerThread), kMinChunkCost / std::max<i64>(cost_per_unit, 1));
+    return std::max<i64>(1, std::min(fine, ceil_div(units, t)));  // never fewer chunks than threads
   }
 
   const i64 units_, chunk_;

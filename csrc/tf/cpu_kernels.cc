@@ -30,7 +30,7 @@ class TfPoolExecutor : public detconv::CpuExecutor {
       return;
     }
     UnitQueue queue(units, cost, tasks);
-    const i64 per_task = units / tasks + (units % tasks != 0);
+    const i64 per_task = detconv::ceil_div(units, tasks);
     const i64 task_cost = cost > std::numeric_limits<i64>::max() / per_task ? std::numeric_limits<i64>::max() : cost * per_task;
     workers_->workers->ParallelFor(tasks, ThreadPool::SchedulingParams::Adaptive(task_cost),
                                    [&](int64_t, int64_t) { queue.drain(fn); });
