@@ -341,7 +341,9 @@ struct FpropKernels : KernelBase<V> {
             if (patches) gather(seg0, blocks.first(k1 - 1) + blocks.width(k1 - 1) - seg0);
             for (b = b0; b < b1; ++b)  // channel blocks, the segment's pixel blocks inside
               for (i64 k = k0; k < k1; ++k)
-                Base::template with_width<NP, NMIN>(blocks.width(k), [&](auto nb_c) { block(nb_c, blocks.first(k)); });
+                Base::template with_width<NP, NMIN>(blocks.width(k), [&](auto nb_c) __attribute__((always_inline)) {
+                  block(nb_c, blocks.first(k));
+                });
           }
         }
       }
