@@ -3,7 +3,8 @@
 One CMake run builds the CPU (and, when nvcc is found, CUDA) kernels, the
 TensorFlow op library detconv/_detconv_ops.so and the framework-free module
 detconv._kernels. Environment knobs: DETCONV_CUDA=ON|OFF|AUTO,
-DETCONV_CUDA_ARCHS="80;90", DETCONV_BUILD_JOBS=N, CMAKE_ARGS="...".
+DETCONV_CUDA_ARCHS="80;90", DETCONV_CPU_ISAS=AUTO|ALL|"scalar;avx2",
+DETCONV_BUILD_JOBS=N, CMAKE_ARGS="...".
 """
 
 import os
@@ -40,6 +41,7 @@ class CMakeBuild(build_ext):
             f"-DDETCONV_OUTPUT_DIR={out_dir}",
             "-DCMAKE_BUILD_TYPE=Release",
             f"-DDETCONV_CUDA={os.environ.get('DETCONV_CUDA', 'AUTO')}",
+            f"-DDETCONV_CPU_ISAS={os.environ.get('DETCONV_CPU_ISAS', 'AUTO')}",
         ]
         if os.environ.get("DETCONV_CUDA_ARCHS"):
             args.append(f"-DDETCONV_CUDA_ARCHS={os.environ['DETCONV_CUDA_ARCHS']}")

@@ -55,7 +55,8 @@ def info(argv):
         ("op library", ops_library_path()),
         ("TensorFlow built for", built.get("tensorflow") or "unknown"),
         ("TensorFlow running", f"{tf.__version__} (built with CUDA: {tf.test.is_built_with_cuda()})"),
-        ("CPU paths", ", ".join(detconv.cpu_isa(supported=True))),
+        ("CPU paths built", ", ".join(built.get("cpu_isas", [])) or "unknown"),
+        ("CPU paths here", ", ".join(detconv.cpu_isa(supported=True))),
         ("active CPU path", detconv.cpu_isa()),
         ("CUDA kernels", (f"CUDA {built.get('cuda_version')}, architectures " + ";".join(built.get("cuda_archs", [])))
                          if built.get("cuda") else "not built"),

@@ -94,13 +94,16 @@ def set_cpu_isa(isa):
     """Forces the CPU kernel path ('auto', 'scalar', 'avx2', 'avx512') of this module.
 
     Every path gives the same bits; this exists for testing. Raises ValueError
-    if the machine cannot run it.
+    if the machine cannot run it or the build does not hold it (a from-source
+    build holds scalar and the best path of the machine it was built on;
+    ``DETCONV_CPU_ISAS=ALL`` builds every path).
     """
     if not isinstance(isa, str):
         raise TypeError(f"isa: expected a string, got {type(isa).__name__}")
     k = _native()
     if not k.cpu_isa_force(isa):
-        raise ValueError(f"isa: this CPU cannot run the '{isa}' kernels")
+        raise ValueError(f"isa: the '{isa}' kernels cannot run here: this CPU lacks the ISA, or this build does not "
+                         "hold them (DETCONV_CPU_ISAS)")
 
 
 # ------------------------------------------------------------- array kinds

@@ -616,7 +616,8 @@ def cpu_fma_peak_gflops(threads=1):
 def set_cpu_isa(isa="auto"):
     """Selects the CPU kernel path ('auto', 'scalar', 'avx2', 'avx512'). All paths give the same bits.
 
-    Returns False (and changes nothing) if this machine lacks the ISA.
+    Returns False (and changes nothing) if this machine lacks the ISA or the build does not hold
+    that path (DETCONV_CPU_ISAS: a from-source build holds scalar and its machine's best path).
     """
     if isa not in _ISAS:
         raise ValueError(f"isa: expected one of {sorted(_ISAS)}, got {isa!r}")

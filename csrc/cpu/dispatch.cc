@@ -9,22 +9,40 @@
 #include <cstring>
 #include <vector>
 #include "cpu/cpu_common.h"
+#include "cpu/host_isa.h"
 
 namespace detconv {
 
 namespace {
 
-CpuIsa best_isa() {
-#ifdef DETCONV_X86
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("f16c") &&
-      __builtin_cpu_supports("fma"))
-    return CpuIsa::kAvx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-    return CpuIsa::kAvx2;
+// The paths this build holds (cmake/cpu_isas.cmake; scalar always). A build
+// without CMake's definitions holds them all.
+#ifndef DETCONV_BUILT_AVX2
+#define DETCONV_BUILT_AVX2 1
 #endif
-  return CpuIsa::kScalar;
+#ifndef DETCONV_BUILT_AVX512
+#define DETCONV_BUILT_AVX512 1
+#endif
+#if !DETCONV_X86
+#undef DETCONV_BUILT_AVX2
+#undef DETCONV_BUILT_AVX512
+#define DETCONV_BUILT_AVX2 0
+#define DETCONV_BUILT_AVX512 0
+#endif
+
+bool built(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kAvx512: return DETCONV_BUILT_AVX512;
+    case CpuIsa::kAvx2: return DETCONV_BUILT_AVX2;
+    default: return true;
+  }
+}
+
+// The best path built that this CPU runs.
+CpuIsa best_isa() {
+  int isa = static_cast<int>(host_best_isa());
+  while (isa > static_cast<int>(CpuIsa::kScalar) && !built(static_cast<CpuIsa>(isa))) --isa;
+  return static_cast<CpuIsa>(isa);
 }
 
 CpuIsa initial_isa() {
@@ -47,8 +65,12 @@ std::atomic<int>& active_isa() {
 const cpu::IsaTable& table_for(CpuIsa isa) {
   // Each table is built only when its ISA runs here (building one executes its code).
   switch (isa) {
+#if DETCONV_BUILT_AVX512
     case CpuIsa::kAvx512: { static const cpu::IsaTable t = cpu::isa_table_avx512(); return t; }
+#endif
+#if DETCONV_BUILT_AVX2
     case CpuIsa::kAvx2: { static const cpu::IsaTable t = cpu::isa_table_avx2(); return t; }
+#endif
     default: { static const cpu::IsaTable t = cpu::isa_table_scalar(); return t; }
   }
 }
@@ -255,8 +277,7 @@ TallRows<A> tall_rows(const ConvProblem& p, const cpu::Rows<A>& x, i64 n0, i64 i
 
 bool cpu_isa_supported(CpuIsa isa) {
   if (isa == CpuIsa::kAuto || isa == CpuIsa::kScalar) return true;
-  const CpuIsa best = best_isa();
-  return static_cast<int>(isa) <= static_cast<int>(best);
+  return built(isa) && static_cast<int>(isa) <= static_cast<int>(host_best_isa());
 }
 
 bool cpu_isa_force(CpuIsa isa) {

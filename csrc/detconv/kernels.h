@@ -32,7 +32,8 @@ struct CpuExecutor {
 enum class CpuIsa : int { kAuto = -1, kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 bool cpu_isa_supported(CpuIsa isa);
 // Forces an ISA path (kAuto: best supported; env DETCONV_CPU_ISA=scalar|avx2|avx512
-// sets the initial choice). Returns false if the machine lacks it.
+// sets the initial choice). Returns false if the machine lacks it or the build
+// does not hold it (DETCONV_CPU_ISAS, cmake/cpu_isas.cmake).
 bool cpu_isa_force(CpuIsa isa);
 CpuIsa cpu_isa_active();
 const char* cpu_isa_name(CpuIsa isa);
