@@ -65,7 +65,14 @@ struct KernelBase {
   // so a row's KW filter vectors stay in registers beside the block's accumulators (AVX2: 16 registers).
   static constexpr bool dw_sweep_width(i64 kw) { return kw == 3 || kw == 5 || kw == 7; }
   // The depthwise-like problems whose shape the sweeps take (the callers add their channel conditions).
-  static bool dw_sweeps(const ConvProblem& p) { return dw_sweep_width(p.KW) && p.dw == 1 && (p.sw == 1 || p.sw == 2); }
+  // Not on the scalar path (V::kDwSweeps): its fixed-size lane arrays, unrolled into the sweeps' 12
+  // instantiations per pass and type, were 80% of its compile (one core: 254 -> 53 s without them), and
+  // its per-tap blocks ran as fast (two threads, batch 4, fastest of 15 calls over three processes each,
+  // ms: 3x3 112x112x32 forward 29.2 -> 25.8, input gradient 33.0 -> 29.5; 56x56x144 26.4 -> 30.1,
+  // 33.8 -> 34.0; 5x5 28x28x240 32.1 -> 37.7, 37.2 -> 36.5; 7x7 56x56x96 102.8 -> 96.4, 109.5 -> 95.1).
+  static bool dw_sweeps(const ConvProblem& p) {
+    return V::kDwSweeps && dw_sweep_width(p.KW) && p.dw == 1 && (p.sw == 1 || p.sw == 2);
+  }
   static constexpr int dw_sweep_vectors(int kw) { return kw == 3 ? DW3W : 1; }
   // Output pixels per width-stride-1 sweep block (forward and input gradient): 8 vectors of accumulators;
   // with 16 registers (AVX2) 7 pixels for 5- and 7-wide filters, where 8 accumulators, KW filter vectors
@@ -80,9 +87,11 @@ struct KernelBase {
   // fn(std::integral_constant<int, KW>) for a width that dw_sweep_width accepts.
   template <class Fn>
   static void with_dw_sweep_width(i64 kw, Fn&& fn) {
-    if (kw == 3) fn(std::integral_constant<int, 3>());
-    else if (kw == 5) fn(std::integral_constant<int, 5>());
-    else fn(std::integral_constant<int, 7>());
+    if constexpr (V::kDwSweeps) {  // (none instantiated without them)
+      if (kw == 3) fn(std::integral_constant<int, 3>());
+      else if (kw == 5) fn(std::integral_constant<int, 5>());
+      else fn(std::integral_constant<int, 7>());
+    }
   }
   // Packed filters past this many bytes no longer stream well from L2 (per channel block: the forward
   // pass's memory tile; a whole 1x1 filter: its GEMM path).

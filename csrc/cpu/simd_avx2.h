@@ -6,6 +6,7 @@ struct VF {
   using R = __m256;
   static constexpr int L = 8, kPW = 4, kNV = 2, kTI = 6, kPF = kPW, kPG = 6, kPD = kPW;  // 8 (1x1 GEMM: 12, dw tiles: 12) accumulators of 16 registers
   static constexpr bool kSubRuns = true;  // dw tiles in sub-runs past L2 (WgradKernels::sub_runs)
+  static constexpr bool kDwSweeps = true;  // depthwise column sweeps (KernelBase::dw_sweeps)
   // Forward tile for groups of whole 32-channel blocks: 3 pixels x 4 vectors, 12 accumulators like the
   // 6x2 block but 7 loads per 12 fmas instead of 8 (the filter vectors as fma memory operands). The same
   // tile for the 3-D input gradient (C3D block, in one process: 101.6 -> 99.6 and 102.7 -> 100.2 ms
@@ -64,6 +65,7 @@ struct VD {
   using R = __m256d;
   static constexpr int L = 4, kPW = 4, kNV = 2, kTI = 4, kPF = kPW, kPG = kPW, kPD = kPW;
   static constexpr bool kSubRuns = true;  // dw tiles in sub-runs past L2 (WgradKernels::sub_runs)
+  static constexpr bool kDwSweeps = true;  // depthwise column sweeps (KernelBase::dw_sweeps)
   static R zero() { return _mm256_setzero_pd(); }
   static R load(const T* p) { return _mm256_loadu_pd(p); }
   static void store(T* p, R a) { _mm256_storeu_pd(p, a); }
@@ -105,6 +107,7 @@ struct VH {
   static constexpr unsigned kMxcsrRounding = 0x2000;  // RC = 01: toward -inf
   static constexpr int L = 8, kPW = 4, kNV = 2, kTI = 4, kPF = kPW, kPG = kPW, kPD = kPW;  // many chains: the emulated fma is latency-bound
   static constexpr bool kSubRuns = true;  // dw tiles in sub-runs past L2 (WgradKernels::sub_runs)
+  static constexpr bool kDwSweeps = true;  // depthwise column sweeps (KernelBase::dw_sweeps)
   static R zero() { return _mm256_setzero_ps(); }
   static R load(const T* p) { return _mm256_loadu_ps(p); }
   static R load(const Half16* p) { return VF::load(p); }

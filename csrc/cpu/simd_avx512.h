@@ -6,6 +6,7 @@ struct VF {
   using R = __m512;
   static constexpr int L = 16, kPW = 6, kNV = 2, kTI = 8;  // 12 accumulators (dense dw tiles: 16) of 32 registers
   static constexpr bool kSubRuns = true;  // dw tiles in sub-runs past L2 (WgradKernels::sub_runs)
+  static constexpr bool kDwSweeps = true;  // depthwise column sweeps (KernelBase::dw_sweeps)
   static constexpr int kPF = 8, kPG = 8, kPD = 8;  // dense forward, 1x1 GEMM and dx blocks: 16 accumulators (measured: 3x3 56x56x64 0.74 -> 0.90 of oneDNN)
   // Tiles for 64+ channels per group (4 vectors). Filter gradient: 6 input channels x 4 vectors of output
   // channels, 24 accumulators (measured: 1x1 7x7 2048->512 dw 4.45 -> 3.90 ms, 3x3 14x14 256->256 6.6-7.1 ->
@@ -63,6 +64,7 @@ struct VD {
   using R = __m512d;
   static constexpr int L = 8, kPW = 6, kNV = 2, kTI = 6, kPF = kPW, kPG = kPW, kPD = kPW;
   static constexpr bool kSubRuns = true;  // dw tiles in sub-runs past L2 (WgradKernels::sub_runs)
+  static constexpr bool kDwSweeps = true;  // depthwise column sweeps (KernelBase::dw_sweeps)
   static R zero() { return _mm512_setzero_pd(); }
   static R load(const T* p) { return _mm512_loadu_pd(p); }
   static void store(T* p, R a) { _mm512_storeu_pd(p, a); }
@@ -91,6 +93,7 @@ struct VH {
   // 3x3 28x28x128 forward 30.9 -> 23.1 ms with 8-pixel blocks instead of 4, filter gradient 32.8 -> 25.5 ms).
   static constexpr int L = 16, kPW = 4, kNV = 2, kTI = 8, kPF = 8, kPG = 8, kPD = 8;
   static constexpr bool kSubRuns = true;  // dw tiles in sub-runs past L2 (WgradKernels::sub_runs)
+  static constexpr bool kDwSweeps = true;  // depthwise column sweeps (KernelBase::dw_sweeps)
   static R zero() { return _mm512_setzero_ps(); }
   static R load(const T* p) { return _mm512_loadu_ps(p); }
   static R load(const Half16* p) { return VF::load(p); }

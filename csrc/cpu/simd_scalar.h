@@ -11,6 +11,7 @@ struct ScalarVecBase {
   using R = Lanes<T_, L_>;
   static constexpr int L = L_, kPW = PW_, kNV = NV_, kTI = PW_, kPF = PW_, kPG = PW_, kPD = PW_;
   static constexpr bool kSubRuns = false;  // whole-chunk dw tiles (WgradKernels::sub_runs)
+  static constexpr bool kDwSweeps = false;  // per-tap depthwise blocks only (KernelBase::dw_sweeps)
   static R zero() { R r; for (int l = 0; l < L; ++l) r.v[l] = T(0); return r; }
   static R load(const T* p) { R r; std::memcpy(r.v, p, sizeof(r.v)); return r; }
   static R load(const Half16* p) { R r; for (int l = 0; l < L; ++l) r.v[l] = T(half_to_float(p[l].bits)); return r; }
