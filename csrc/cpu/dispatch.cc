@@ -15,19 +15,10 @@ namespace detconv {
 
 namespace {
 
-// The paths this build holds (cmake/cpu_isas.cmake; scalar always). A build
-// without CMake's definitions holds them all.
-#ifndef DETCONV_BUILT_AVX2
-#define DETCONV_BUILT_AVX2 1
-#endif
-#ifndef DETCONV_BUILT_AVX512
-#define DETCONV_BUILT_AVX512 1
-#endif
-#if !DETCONV_X86
-#undef DETCONV_BUILT_AVX2
-#undef DETCONV_BUILT_AVX512
-#define DETCONV_BUILT_AVX2 0
-#define DETCONV_BUILT_AVX512 0
+// The paths this build holds: CMakeLists.txt defines both from cmake/cpu_isas.cmake
+// (scalar is always built).
+#if !defined(DETCONV_BUILT_AVX2) || !defined(DETCONV_BUILT_AVX512)
+#error "dispatch.cc needs DETCONV_BUILT_AVX2 and DETCONV_BUILT_AVX512 (CMakeLists.txt sets them)"
 #endif
 
 bool built(CpuIsa isa) {
@@ -38,11 +29,11 @@ bool built(CpuIsa isa) {
   }
 }
 
-// The best path built that this CPU runs.
+// The best path this machine runs (cpu_isa_supported: built, and within the CPU's features).
 CpuIsa best_isa() {
-  int isa = static_cast<int>(host_best_isa());
-  while (isa > static_cast<int>(CpuIsa::kScalar) && !built(static_cast<CpuIsa>(isa))) --isa;
-  return static_cast<CpuIsa>(isa);
+  for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2})
+    if (cpu_isa_supported(isa)) return isa;
+  return CpuIsa::kScalar;
 }
 
 CpuIsa initial_isa() {
