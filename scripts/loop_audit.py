@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Register-block audit of the CPU kernels: compiles one ISA's translation unit
-(csrc/cpu/kernels_<isa>.cc) as CMakeLists.txt does, disassembles it, and lists
+"""Register-block audit of the CPU kernels: compiles one ISA's kernels
+(csrc/cpu/kernels_<isa>.cc) with CMakeLists.txt's flags, disassembles them, and lists
 every innermost loop that runs many fmas together with its stack accesses.
 
 Why: a register block's accumulators must stay in registers across its fold.
@@ -33,6 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 COMMON_FLAGS = ["-O3", "-DNDEBUG", "-std=gnu++17", "-fPIC", "-ffp-contract=off", "-fno-fast-math",
                 "-fno-unsafe-math-optimizations", "-mno-stv"]
 UNIT_FLAGS = {"avx2": ["-frounding-math"], "avx512": []}
+# The units CMakeLists.txt compiles kernels_<isa>.cc as, one per part (csrc/cpu/kernels_impl.h).
+PARTS = ("fprop", "dgrad", "wgrad", "table")
 
 _FUNC = re.compile(r"^[0-9a-f]+ <(.*)>:$")
 _INSN = re.compile(r"^\s*([0-9a-f]+):\s+(\S+)\s*(.*)$")
@@ -49,16 +51,20 @@ class Loop:
     stack: int  # instructions that read or write the stack frame
 
 
-def compile_unit(isa, out_dir, cxx=None):
-    """kernels_<isa>.cc compiled to an object in out_dir; returns its path."""
+def compile_units(isa, out_dir, cxx=None):
+    """kernels_<isa>.cc compiled as CMakeLists.txt does, one object per part (PARTS) in out_dir; returns
+    their paths."""
     cxx = cxx or os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
     if not cxx:
         raise RuntimeError("no C++ compiler found (set CXX)")
-    obj = Path(out_dir) / f"kernels_{isa}.o"
     src = ROOT / "csrc" / "cpu" / f"kernels_{isa}.cc"
-    cmd = [cxx, f"-I{ROOT / 'csrc'}", *COMMON_FLAGS, *UNIT_FLAGS[isa], "-c", str(src), "-o", str(obj)]
-    subprocess.run(cmd, check=True)
-    return obj
+    objs = []
+    for part in PARTS:
+        obj = Path(out_dir) / f"kernels_{isa}_{part}.o"
+        subprocess.run([cxx, f"-I{ROOT / 'csrc'}", *COMMON_FLAGS, *UNIT_FLAGS[isa], f"-DDETCONV_CPU_PART_{part.upper()}=1",
+                        "-c", str(src), "-o", str(obj)], check=True)
+        objs.append(obj)
+    return objs
 
 
 def build_trees(root=ROOT):
@@ -68,6 +74,12 @@ def build_trees(root=ROOT):
     if os.environ.get("DETCONV_BUILD_DIR"):
         trees.insert(0, Path(os.environ["DETCONV_BUILD_DIR"]))
     return trees
+
+
+
+def part_object(isa, part):
+    """Where CMake puts the object of one part of kernels_<isa>.cc, relative to its build tree."""
+    return f"CMakeFiles/detconv_cpu_{isa}_{part}.dir/csrc/cpu/kernels_{isa}.cc.o"
 
 
 def _ninja_rule(build_ninja: Path, obj_rel: str):
@@ -86,30 +98,40 @@ def _ninja_rule(build_ninja: Path, obj_rel: str):
     return None
 
 
-def built_unit(isa, trees=None, root=ROOT):
-    """The object a CMake (Ninja) build made of this checkout's kernels_<isa>.cc, if one is current: built
-    from this very source with every flag compile_unit passes, and newer than every file under csrc/
-    (all the unit can include of ours; Ninja keeps the exact list in its own binary log). Otherwise
-    None, and compile_unit makes one (minutes per ISA). CI installs with `pip install .` just before
-    the tests, so they audit the object that ships."""
+def built_units(isa, trees=None, root=ROOT):
+    """The objects a CMake (Ninja) build made of this checkout's kernels_<isa>.cc, one per part, if all
+    are current: built from this very source with every flag compile_units passes, and newer than every
+    file under csrc/ (all the unit can include of ours; Ninja keeps the exact list in its own binary
+    log). Otherwise None, and compile_units makes them (minutes per ISA). CI
+    installs with `pip install .` just before the tests, so they audit the objects that ship."""
     src = (Path(root) / "csrc" / "cpu" / f"kernels_{isa}.cc").resolve()
-    obj_rel = f"CMakeFiles/detconv_cpu.dir/csrc/cpu/kernels_{isa}.cc.o"
     newest = max(f.stat().st_mtime for f in (Path(root) / "csrc").rglob("*") if f.is_file())
     for tree in build_trees(root) if trees is None else trees:
-        obj, ninja = Path(tree) / obj_rel, Path(tree) / "build.ninja"
-        if not (obj.is_file() and ninja.is_file()) or obj.stat().st_mtime < newest:
-            continue
-        rule = _ninja_rule(ninja, obj_rel)
-        if rule is None or (Path(tree) / rule[0]).resolve() != src:  # (an absolute source path stays itself)
-            continue
-        if all(flag in rule[1] for flag in [*COMMON_FLAGS, *UNIT_FLAGS[isa]]):  # not a Debug build, say
-            return obj
+        ninja, objs = Path(tree) / "build.ninja", []
+        for part in PARTS:
+            obj_rel = part_object(isa, part)
+            obj = Path(tree) / obj_rel
+            if not (obj.is_file() and ninja.is_file()) or obj.stat().st_mtime < newest:
+                break
+            rule = _ninja_rule(ninja, obj_rel)
+            if rule is None or (Path(tree) / rule[0]).resolve() != src:  # (an absolute source path stays itself)
+                break
+            if not all(flag in rule[1] for flag in [*COMMON_FLAGS, *UNIT_FLAGS[isa]]):  # not a Debug build, say
+                break
+            objs.append(obj)
+        else:
+            return objs
     return None
 
 
-def disassemble(obj):
-    return subprocess.run(["objdump", "-d", "--no-show-raw-insn", "-C", str(obj)], check=True,
-                          capture_output=True, text=True).stdout
+def unit_objects(isa, out_dir):
+    """The objects to audit for one ISA: the build's (built_units), or compiled here."""
+    return built_units(isa) or compile_units(isa, out_dir)
+
+
+def disassemble(objs):
+    return "".join(subprocess.run(["objdump", "-d", "--no-show-raw-insn", "-C", str(obj)], check=True,
+                                  capture_output=True, text=True).stdout for obj in objs)
 
 
 def loops(disasm):
@@ -169,9 +191,9 @@ def main(argv=None):
     bad = 0
     with tempfile.TemporaryDirectory() as tmp:
         for isa in args.isa:
-            obj = built_unit(isa) or compile_unit(isa, tmp)
-            print(f"{isa}: {obj}")
-            found = [lp for lp in loops(disassemble(obj)) if lp.fmas >= args.min_fma]
+            objs = unit_objects(isa, tmp)
+            print(f"{isa}: {', '.join(map(str, objs))}")
+            found = [lp for lp in loops(disassemble(objs)) if lp.fmas >= args.min_fma]
             worst = sorted(found, key=lambda lp: (-lp.stack, -lp.fmas))
             v = violations(found, args.min_fma, args.max_stack)
             bad += len(v)

@@ -3,7 +3,7 @@ register blocks of the main float32 tiles of AVX-512 and AVX2 compiled for real:
 their fold loops keep the accumulators in registers (needs a C++ compiler and
 objdump on x86-64; DETCONV_SKIP_LOOP_AUDIT=1 skips). The objects come from the
 build tree `pip install .` left in the checkout when they are current
-(loop_audit.built_unit: seconds), else they are compiled here (minutes per ISA)."""
+(loop_audit.built_units: seconds), else they are compiled here (minutes per ISA)."""
 
 import os
 import platform
@@ -56,37 +56,55 @@ def test_flags_are_cmakes():
             assert flag in cmake, flag
 
 
-def _build_tree(root, isa, flags, source=None):
-    """A fake checkout with one source and header, and a Ninja tree that built kernels_<isa>.cc: its object."""
+def _build_tree(root, isa, flags, source=None, parts=la.PARTS):
+    """A fake checkout with one source and header, and a Ninja tree that built kernels_<isa>.cc's parts:
+    their objects."""
     (root / "csrc" / "cpu").mkdir(parents=True, exist_ok=True)
     (root / "csrc" / "detconv").mkdir(exist_ok=True)
     src = root / "csrc" / "cpu" / f"kernels_{isa}.cc"
     src.write_text("// unit\n")
     (root / "csrc" / "detconv" / "order.h").write_text("// header\n")
     tree = root / "build" / "temp.linux-x86_64-cpython-311" / "cmake"
-    obj_rel = f"CMakeFiles/detconv_cpu.dir/csrc/cpu/kernels_{isa}.cc.o"
-    (tree / obj_rel).parent.mkdir(parents=True)
-    (tree / "build.ninja").write_text(
-        f"build {obj_rel}: CXX_COMPILER__detconv_cpu_unscanned_Release {source or src} || order_deps\n"
-        f"  DEFINES = -DX\n  FLAGS = {' '.join(flags)}\n\nbuild other.o: CXX {src}\n")
-    obj = tree / obj_rel
-    obj.write_bytes(b"")
-    os.utime(obj, (2e9, 2e9))  # built after every source
-    return obj
+    edges, objs = [], []
+    for part in parts:
+        obj_rel = la.part_object(isa, part)
+        (tree / obj_rel).parent.mkdir(parents=True)
+        edges.append(f"build {obj_rel}: CXX_COMPILER__detconv_cpu_{isa}_{part}_unscanned_Release {source or src} || "
+                     f"order_deps\n  DEFINES = -DDETCONV_CPU_PART_{part.upper()}=1\n  FLAGS = {' '.join(flags)}\n\n")
+        obj = tree / obj_rel
+        obj.write_bytes(b"")
+        os.utime(obj, (2e9, 2e9))  # built after every source
+        objs.append(obj)
+    (tree / "build.ninja").write_text("".join(edges) + f"build other.o: CXX {src}\n")
+    return objs
 
 
-def test_built_unit_only_when_current_and_same_flags(tmp_path):
+def test_built_units_only_when_current_and_same_flags(tmp_path):
     flags = [*la.COMMON_FLAGS, *la.UNIT_FLAGS["avx2"], "-Wall"]
-    obj = _build_tree(tmp_path / "a", "avx2", flags)
-    assert la.built_unit("avx2", root=tmp_path / "a") == obj
-    assert la.built_unit("avx512", root=tmp_path / "a") is None  # no such object
+    objs = _build_tree(tmp_path / "a", "avx2", flags)
+    assert la.built_units("avx2", root=tmp_path / "a") == objs
+    assert la.built_units("avx512", root=tmp_path / "a") is None  # no such objects
     os.utime(tmp_path / "a" / "csrc" / "detconv" / "order.h", (3e9, 3e9))  # a header edited since
-    assert la.built_unit("avx2", root=tmp_path / "a") is None
+    assert la.built_units("avx2", root=tmp_path / "a") is None
     _build_tree(tmp_path / "b", "avx2", [f for f in flags if f != "-frounding-math"])
-    assert la.built_unit("avx2", root=tmp_path / "b") is None  # built with other flags
+    assert la.built_units("avx2", root=tmp_path / "b") is None  # built with other flags
     _build_tree(tmp_path / "c", "avx2", flags, source="/elsewhere/csrc/cpu/kernels_avx2.cc")
-    assert la.built_unit("avx2", root=tmp_path / "c") is None  # another checkout's object
-    assert la.built_unit("avx2", trees=[], root=tmp_path / "a") is None
+    assert la.built_units("avx2", root=tmp_path / "c") is None  # another checkout's objects
+    _build_tree(tmp_path / "d", "avx2", flags, parts=la.PARTS[:-1])
+    assert la.built_units("avx2", root=tmp_path / "d") is None  # a part missing
+    assert la.built_units("avx2", trees=[], root=tmp_path / "a") is None
+
+
+def test_parts_are_cmakes():
+    # CMakeLists.txt compiles every kernels_<isa>.cc once per part that kernels_impl.h knows, the audit
+    # reads those objects (la.PARTS), and a unit given no part stops with an error.
+    cmake = (ROOT / "CMakeLists.txt").read_text()
+    m = re.search(r"foreach\(_part ([a-z ]+)\)", cmake)
+    assert m and tuple(m.group(1).split()) == la.PARTS
+    impl = (ROOT / "csrc" / "cpu" / "kernels_impl.h").read_text()
+    for part in la.PARTS:
+        assert f"DETCONV_CPU_PART_{part.upper()}" in impl
+    assert "#error" in impl
 
 
 def _can_compile():
@@ -119,7 +137,7 @@ MAX_STACK = 4
 @pytest.mark.skipif(not _can_compile(), reason="needs x86-64, a C++ compiler and objdump")
 @pytest.mark.parametrize("isa", sorted(TILES))
 def test_main_tiles_keep_accumulators_in_registers(isa, tmp_path):
-    found = la.loops(la.disassemble(la.built_unit(isa) or la.compile_unit(isa, tmp_path)))
+    found = la.loops(la.disassemble(la.unit_objects(isa, tmp_path)))
     for name, fmas in TILES[isa].items():
         pat = re.compile(r"(^|::)" + re.escape(name) + r"\(")
         folds = [lp for lp in found if pat.search(lp.function) and lp.fmas >= fmas]

@@ -15,7 +15,9 @@ namespace avx2 {
 #include "cpu/kernels_impl.h"
 }  // namespace avx2
 
+#ifdef DETCONV_CPU_PART_TABLE  // (kernels_impl.h: this unit's part)
 IsaTable isa_table_avx2() { return avx2::make_table(); }
+#endif
 
 }  // namespace cpu
 }  // namespace detconv

@@ -15,7 +15,9 @@ namespace avx512 {
 #include "cpu/kernels_impl.h"
 }  // namespace avx512
 
+#ifdef DETCONV_CPU_PART_TABLE  // (kernels_impl.h: this unit's part)
 IsaTable isa_table_avx512() { return avx512::make_table(); }
+#endif
 
 }  // namespace cpu
 }  // namespace detconv

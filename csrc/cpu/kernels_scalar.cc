@@ -13,7 +13,9 @@ namespace scalar {
 #include "cpu/kernels_impl.h"
 }  // namespace scalar
 
+#ifdef DETCONV_CPU_PART_TABLE  // (kernels_impl.h: this unit's part)
 IsaTable isa_table_scalar() { return scalar::make_table(); }
+#endif
 
 }  // namespace cpu
 }  // namespace detconv
