@@ -860,7 +860,7 @@ struct DgradKernels : KernelBase<V> {
     ConvProblem q = p;
     q.C = q.Cg = p.Co;
     q.Co = p.C;
-    FpropKernels<V>::template fprop_gemm<S>(q, dy, f, nullptr, dx, ex, true);
+    fprop_gemm_transposed<V, S>(q, dy, f, dx, ex);  // (kernels_impl.h)
   }
 
   // float16 dy read in place (converting dy into a float copy first put the depthwise input gradients at

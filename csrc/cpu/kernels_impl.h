@@ -11,8 +11,17 @@
 #error "compile kernels_<isa>.cc with one of DETCONV_CPU_PART_FPROP, _DGRAD, _WGRAD, _TABLE defined (CMakeLists.txt)"
 #endif
 #include "cpu/kernels_base.h"
-#if defined(DETCONV_CPU_PART_FPROP) || defined(DETCONV_CPU_PART_DGRAD)
-#include "cpu/fprop_impl.h"  // (the input gradient's 1x1 path is the forward's GEMM)
+
+// The forward's 1x1 GEMM (FpropKernels::fprop_gemm) reading the filter transposed: the input gradient's
+// 1x1 path, run on dy (DgradKernels::dgrad_gemm). Compiled with the forward kernels only, for the (V, S)
+// pairs below; the input gradient's unit calls it (the GEMM compiled in both units was most of the
+// code they shared: 99 of the AVX2 input-gradient unit's 1106 KB).
+template <class V, class S>
+void fprop_gemm_transposed(const ConvProblem& p, const Rows<S>& x, const typename V::T* f, const OutSpec& y,
+                           const CpuExecutor& ex);
+
+#ifdef DETCONV_CPU_PART_FPROP
+#include "cpu/fprop_impl.h"
 #endif
 #ifdef DETCONV_CPU_PART_DGRAD
 #include "cpu/dgrad_impl.h"
@@ -20,6 +29,15 @@
 #ifdef DETCONV_CPU_PART_WGRAD
 #include "cpu/wgrad_impl.h"
 #endif
+
+// fill(V{}, kernels) for each accumulator's vector type: float32 (VF), float64 (VD), native
+// float16 (VH).
+template <class Fill>
+void fill_lanes(IsaTable& t, Fill fill) {
+  fill(VF{}, t.f32);
+  fill(VD{}, t.f64);
+  fill(VH{}, t.h16);
+}
 
 // The problems whose float16 x and dy the kernels read in place, widened per
 // vector as loaded (depthwise 3x3), per unit of pixels (1x1 GEMM) or per chunk
@@ -31,19 +49,32 @@ template <class V>
 bool fprop_takes_half(const ConvProblem& p) {
   return FpropKernels<V>::dw_sweep_half(p) || FpropKernels<V>::gemm(p);
 }
-template <class V>
-void add_fprop(IsaKernels<typename V::T>& k) {
-  k.fprop = &FpropKernels<V>::fprop;
-  if constexpr (std::is_same<typename V::T, float>::value) {
-    k.fprop_takes_half = &fprop_takes_half<V>;
-    k.fprop_half = &FpropKernels<V>::fprop_half;
-  }
-}
 void add_fprop(IsaTable& t) {
-  add_fprop<VF>(t.f32);
-  add_fprop<VD>(t.f64);
-  add_fprop<VH>(t.h16);
+  fill_lanes(t, [](auto lanes, auto& k) {
+    using V = decltype(lanes);
+    k.fprop = &FpropKernels<V>::fprop;
+    if constexpr (std::is_same<typename V::T, float>::value) {
+      k.fprop_takes_half = &fprop_takes_half<V>;
+      k.fprop_half = &FpropKernels<V>::fprop_half;
+    }
+  });
 }
+template <class V, class S>
+void fprop_gemm_transposed(const ConvProblem& p, const Rows<S>& x, const typename V::T* f, const OutSpec& y,
+                           const CpuExecutor& ex) {
+  FpropKernels<V>::template fprop_gemm<S>(p, x, f, nullptr, y, ex, true);
+}
+// Those dgrad_gemm runs: each accumulator type on its own dy (dgrad), float16 dy in place (dgrad_half).
+template void fprop_gemm_transposed<VF, float>(const ConvProblem&, const Rows<float>&, const float*,
+                                               const OutSpec&, const CpuExecutor&);
+template void fprop_gemm_transposed<VF, Half16>(const ConvProblem&, const Rows<Half16>&, const float*,
+                                                const OutSpec&, const CpuExecutor&);
+template void fprop_gemm_transposed<VD, double>(const ConvProblem&, const Rows<double>&, const double*,
+                                                const OutSpec&, const CpuExecutor&);
+template void fprop_gemm_transposed<VH, float>(const ConvProblem&, const Rows<float>&, const float*,
+                                               const OutSpec&, const CpuExecutor&);
+template void fprop_gemm_transposed<VH, Half16>(const ConvProblem&, const Rows<Half16>&, const float*,
+                                                const OutSpec&, const CpuExecutor&);
 #endif
 
 #ifdef DETCONV_CPU_PART_DGRAD
@@ -51,18 +82,15 @@ template <class V>
 bool dgrad_takes_half(const ConvProblem& p) {
   return DgradKernels<V>::dw_sweep(p) || DgradKernels<V>::grouped_dx_lanes(p) || DgradKernels<V>::gemm(p);
 }
-template <class V>
-void add_dgrad(IsaKernels<typename V::T>& k) {
-  k.dgrad = &DgradKernels<V>::dgrad;
-  if constexpr (std::is_same<typename V::T, float>::value) {
-    k.dgrad_takes_half = &dgrad_takes_half<V>;
-    k.dgrad_half = &DgradKernels<V>::dgrad_half;
-  }
-}
 void add_dgrad(IsaTable& t) {
-  add_dgrad<VF>(t.f32);
-  add_dgrad<VD>(t.f64);
-  add_dgrad<VH>(t.h16);
+  fill_lanes(t, [](auto lanes, auto& k) {
+    using V = decltype(lanes);
+    k.dgrad = &DgradKernels<V>::dgrad;
+    if constexpr (std::is_same<typename V::T, float>::value) {
+      k.dgrad_takes_half = &dgrad_takes_half<V>;
+      k.dgrad_half = &DgradKernels<V>::dgrad_half;
+    }
+  });
 }
 #endif
 
@@ -71,19 +99,16 @@ template <class V>
 bool wgrad_takes_half(const ConvProblem& p) {
   return WgradKernels<V>::dw33(p) || WgradKernels<V>::flat_takes_half(p);
 }
-template <class V>
-void add_wgrad(IsaKernels<typename V::T>& k) {
-  k.wgrad = &WgradKernels<V>::wgrad;
-  k.bgrad = &WgradKernels<V>::bgrad;
-  if constexpr (std::is_same<typename V::T, float>::value) {
-    k.wgrad_takes_half = &wgrad_takes_half<V>;
-    k.wgrad_half = &WgradKernels<V>::wgrad_half;
-  }
-}
 void add_wgrad(IsaTable& t) {
-  add_wgrad<VF>(t.f32);
-  add_wgrad<VD>(t.f64);
-  add_wgrad<VH>(t.h16);
+  fill_lanes(t, [](auto lanes, auto& k) {
+    using V = decltype(lanes);
+    k.wgrad = &WgradKernels<V>::wgrad;
+    k.bgrad = &WgradKernels<V>::bgrad;
+    if constexpr (std::is_same<typename V::T, float>::value) {
+      k.wgrad_takes_half = &wgrad_takes_half<V>;
+      k.wgrad_half = &WgradKernels<V>::wgrad_half;
+    }
+  });
 }
 #endif
 
@@ -105,9 +130,7 @@ void add_wgrad(IsaTable& t);
 inline IsaTable make_table() {
   IsaTable t{};  // (a part's fields it does not set stay null)
   t.half_to_float = &half_run_to_float;
-  t.f32.fma_probe = &KernelBase<VF>::fma_probe;
-  t.f64.fma_probe = &KernelBase<VD>::fma_probe;
-  t.h16.fma_probe = &KernelBase<VH>::fma_probe;
+  fill_lanes(t, [](auto lanes, auto& k) { k.fma_probe = &KernelBase<decltype(lanes)>::fma_probe; });
   add_fprop(t);
   add_dgrad(t);
   add_wgrad(t);
