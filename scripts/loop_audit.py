@@ -61,8 +61,9 @@ def compile_units(isa, out_dir, cxx=None):
     objs = []
     for part in PARTS:
         obj = Path(out_dir) / f"kernels_{isa}_{part}.o"
-        subprocess.run([cxx, f"-I{ROOT / 'csrc'}", *COMMON_FLAGS, *UNIT_FLAGS[isa], f"-DDETCONV_CPU_PART_{part.upper()}=1",
-                        "-c", str(src), "-o", str(obj)], check=True)
+        part_flag = f"-DDETCONV_CPU_PART_{part.upper()}=1"
+        subprocess.run([cxx, f"-I{ROOT / 'csrc'}", *COMMON_FLAGS, *UNIT_FLAGS[isa], part_flag, "-c", str(src),
+                        "-o", str(obj)], check=True)
         objs.append(obj)
     return objs
 
@@ -74,7 +75,6 @@ def build_trees(root=ROOT):
     if os.environ.get("DETCONV_BUILD_DIR"):
         trees.insert(0, Path(os.environ["DETCONV_BUILD_DIR"]))
     return trees
-
 
 
 def part_object(isa, part):
@@ -102,8 +102,8 @@ def built_units(isa, trees=None, root=ROOT):
     """The objects a CMake (Ninja) build made of this checkout's kernels_<isa>.cc, one per part, if all
     are current: built from this very source with every flag compile_units passes, and newer than every
     file under csrc/ (all the unit can include of ours; Ninja keeps the exact list in its own binary
-    log). Otherwise None, and compile_units makes them (minutes per ISA). CI
-    installs with `pip install .` just before the tests, so they audit the objects that ship."""
+    log). Otherwise None, and compile_units makes them (minutes per ISA). CI installs with `pip install .`
+    just before the tests, so they audit the objects that ship."""
     src = (Path(root) / "csrc" / "cpu" / f"kernels_{isa}.cc").resolve()
     newest = max(f.stat().st_mtime for f in (Path(root) / "csrc").rglob("*") if f.is_file())
     for tree in build_trees(root) if trees is None else trees:
