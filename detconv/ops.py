@@ -4,6 +4,7 @@ Arguments take the same forms as tf.nn; every result follows docs/contract.md's
 order, so its bits depend only on the input bits and the problem shape.
 """
 
+import collections.abc
 import contextlib
 import ctypes
 import functools
@@ -481,6 +482,65 @@ def convolution(input, filters, strides=None, padding="VALID", data_format=None,
         return conv3d(input, filters, 1 if strides is None else strides, padding, data_format or "NDHWC", dilations,
                       name, bias=bias, accumulation=accumulation)
     raise ValueError(f"filters: expected rank 3, 4 or 5 (1-D, 2-D or 3-D), got rank {rank}")
+
+
+
+@_tf_nn_errors
+def conv_transpose(input, filters, output_shape, strides, padding="SAME", data_format=None, dilations=None, name=None,
+                   *, accumulation=None):
+    """Deterministic tf.nn.conv_transpose: conv1d_transpose, conv2d_transpose or conv3d_transpose, chosen by the
+    length of output_shape (3, 4 or 5) as tf.nn chooses."""
+    if tf.is_tensor(output_shape):
+        length = output_shape.shape[0] if output_shape.shape.rank == 1 else None
+        if length is None:  # (tf.nn: a TypeError from None - 2)
+            raise TypeError(f"output_shape: expected a vector of known length, got shape {output_shape.shape}")
+    elif isinstance(output_shape, collections.abc.Sized):
+        length = len(output_shape)
+    else:
+        raise ValueError(f"output_shape: expected a tensor or a sized collection, got {output_shape!r}")
+    if not 3 <= length <= 5:
+        raise ValueError(f"output_shape: expected 3, 4 or 5 sizes (1-D, 2-D or 3-D), got {length}")
+    op = (conv1d_transpose, conv2d_transpose, conv3d_transpose)[length - 3]
+    return op(input, filters, output_shape, strides, padding, data_format, dilations, name,
+              accumulation=accumulation)
+
+
+# tf.nn's atrous (dilated) entry points: NHWC, stride 1, dilation `rate`.
+@_tf_nn_errors
+def atrous_conv2d(value, filters, rate, padding, name=None, *, bias=None, accumulation=None):
+    """Deterministic tf.nn.atrous_conv2d: conv2d at stride 1 with dilations `rate` (one value, or one per
+    spatial dimension); padding 'SAME', 'VALID' or explicit pairs, as tf.nn.convolution takes it."""
+    rates = _args._int_list(rate, "rate")
+    if len(rates) not in (1, 2):
+        raise ValueError(f"rate: expected one value or one per spatial dimension (2), got {rates}")
+    return conv2d(value, filters, 1, padding, "NHWC", rates, name or "detconv_atrous_conv2d", bias=bias,
+                  accumulation=accumulation)
+
+
+@_tf_nn_errors
+def atrous_conv2d_transpose(value, filters, output_shape, rate, padding, name=None, *, accumulation=None):
+    """Deterministic tf.nn.atrous_conv2d_transpose: conv2d_transpose at stride 1 with dilations `rate`, which
+    tf.nn computes through space_to_batch; the result follows the contract's input-gradient order."""
+    rate = _args._int_value(rate, "rate")
+    if rate < 1:
+        raise ValueError(f"rate: cannot be less than one, got {rate}")
+    if rate > 1 and not (isinstance(padding, str) and padding in ("SAME", "VALID")):  # explicit: rate 1 only
+        raise ValueError(f"padding: expected 'SAME' or 'VALID' where rate > 1, got {padding!r}")
+    # tf.nn's own static checks, which it makes before any op runs (so ValueError, not the op's error)
+    y, f = _tensors([("value", value), ("filters", filters)])
+    _check_rank(f, 4, "filters")
+    if not y.shape[-1:].is_compatible_with(f.shape[3:4]):
+        raise ValueError(f"value: its channels ({y.shape[-1]}) must be the filters' input channels "
+                         f"(filters.shape[3] = {f.shape[3]})")
+    sizes = _int64_sizes(output_shape, "output_shape")
+    if not sizes.shape.is_compatible_with([4]):
+        raise ValueError(f"output_shape: expected 4 sizes, got shape {sizes.shape}")
+    static = tf.get_static_value(sizes)
+    if static is not None and not f.shape[2:3].is_compatible_with([int(static[3])]):
+        raise ValueError(f"output_shape: its channels ({int(static[3])}) must be the filters' output channels "
+                         f"(filters.shape[2] = {f.shape[2]})")
+    return conv2d_transpose(y, f, sizes, 1, padding, "NHWC", rate,
+                            name or "detconv_atrous_conv2d_transpose", accumulation=accumulation)
 
 
 # ------------------------------------------------------------------ three spatial dimensions

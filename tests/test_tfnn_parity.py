@@ -162,6 +162,51 @@ def test_randomized_argument_forms():
             raise AssertionError(f"case {case}: {fmt} x{tuple(x.shape)} f{f.shape} {args}: {e}") from None
 
 
+# tf.nn's other convolution entry points: atrous_conv2d(_transpose) are the stride-1 dilated conv2d and
+# conv2d_transpose, conv_transpose picks the transposed convolution by output_shape's length. Their values are
+# the reference's, bit for bit; tf.nn's (space_to_batch for the atrous transpose) within a tolerance.
+ATROUS_PADDINGS = [("SAME", "SAME"), ("VALID", "VALID"),
+                   ([[0, 0], [1, 2], [2, 1], [0, 0]], ((1, 2), (2, 1)))]
+
+
+@pytest.mark.parametrize("rate", [1, 2, [2, 1]], ids=str)
+@pytest.mark.parametrize("pad,ref_pad", ATROUS_PADDINGS, ids=["SAME", "VALID", "explicit"])
+def test_atrous_conv2d(rate, pad, ref_pad):
+    if rate == 1 and not isinstance(pad, str):
+        pytest.skip("tf.nn's rate-1 path takes string padding only (SUPERSET)")
+    y = same_outcome(lambda: tf.nn.atrous_conv2d(X, F, rate, pad), lambda: detconv.atrous_conv2d(X, F, rate, pad),
+                     values=True)
+    assert y.tobytes() == ref.conv2d(X, F, 1, ref_pad, tuple(np.broadcast_to(rate, 2))).tobytes()
+
+
+@pytest.mark.parametrize("rate", [1, 2, 3])
+@pytest.mark.parametrize("pad", ["SAME", "VALID"])
+def test_atrous_conv2d_transpose(rate, pad):
+    e = 2 * rate + 1  # the dilated filter's extent
+    dy = rng.standard_normal((2, 6, 7, 5) if pad == "SAME" else (2, 7 - e, 8 - e, 5)).astype(np.float32)
+    shape = [2, 6, 7, 4]
+    y = same_outcome(lambda: tf.nn.atrous_conv2d_transpose(dy, F, shape, rate, pad),
+                     lambda: detconv.atrous_conv2d_transpose(dy, F, shape, rate, pad), values=True)
+    assert y.tobytes() == ref.conv2d_backprop_input(dy, F, tuple(shape), 1, pad, rate).tobytes()
+
+
+def test_conv_transpose_by_output_shape_length():
+    dy2 = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    for shape_of in (list, tuple, np.array, tf.constant):
+        y = same_outcome(lambda: tf.nn.conv_transpose(dy2, F, shape_of([2, 6, 7, 4]), 2, "SAME"),
+                         lambda: detconv.conv_transpose(dy2, F, shape_of([2, 6, 7, 4]), 2, "SAME"), values=True)
+        assert y.tobytes() == ref.conv2d_backprop_input(dy2, F, (2, 6, 7, 4), 2, "SAME").tobytes()
+    dy1 = dy2[:, 0]
+    y = same_outcome(lambda: tf.nn.conv_transpose(dy1, F[0], [2, 9, 4], 2, "VALID"),
+                     lambda: detconv.conv_transpose(dy1, F[0], [2, 9, 4], 2, "VALID"), values=True)
+    assert y.tobytes() == ref.conv1d_transpose(dy1, F[0], (2, 9, 4), 2, "VALID").tobytes()
+    dy3 = rng.standard_normal((1, 3, 3, 4, 5)).astype(np.float32)
+    f3 = rng.standard_normal((2, 3, 3, 4, 5)).astype(np.float32)
+    y = same_outcome(lambda: tf.nn.conv_transpose(dy3, f3, [1, 3, 6, 7, 4], [1, 2, 2], "SAME"),
+                     lambda: detconv.conv_transpose(dy3, f3, [1, 3, 6, 7, 4], [1, 2, 2], "SAME"), values=True)
+    assert y.tobytes() == ref.conv3d_backprop_input(dy3, f3, (1, 3, 6, 7, 4), (1, 2, 2), "SAME").tobytes()
+
+
 # Zero-size results, as TensorFlow's own CPU kernels give them (TF_ENABLE_ONEDNN_OPTS=0; the oneDNN path
 # returns wrong shapes for the first two): an empty output, and gradients of zeros.
 def test_zero_size_outputs():
@@ -249,10 +294,34 @@ BAD_CALLS = [
     ("conv2d negative padding", "nn.conv2d(X, F, 1, [[0, 0], [1, -1], [0, 0], [0, 0]])"),
     ("conv2d unknown data_format", "nn.conv2d(X, F, 1, 'SAME', data_format='NWHC')"),
     ("conv2d integer tensors", "nn.conv2d(tf.constant(X.astype('f8')), tf.constant(F.astype('i4')), 1, 'SAME')"),
+    ("atrous zero rate", "nn.atrous_conv2d(X, F, 0, 'SAME')"),
+    ("atrous rate of four", "nn.atrous_conv2d(X, F, [1, 2, 2, 1], 'SAME')"),
+    ("atrous lowercase padding", "nn.atrous_conv2d(X, F, 2, 'same')"),
+    ("atrous channel mismatch", "nn.atrous_conv2d(X, F[:, :, :3], 2, 'SAME')"),
+    ("atrous rank-3 input", "nn.atrous_conv2d(X[0], F, 2, 'SAME')"),
+    ("atrous_transpose zero rate", "nn.atrous_conv2d_transpose(DY, F, [1, 6, 6, 4], 0, 'SAME')"),
+    ("atrous_transpose list rate", "nn.atrous_conv2d_transpose(DY, F, [1, 6, 6, 4], [2, 2], 'SAME')"),
+    ("atrous_transpose explicit padding",
+     "nn.atrous_conv2d_transpose(DY, F, [1, 6, 6, 4], 2, [[0, 0], [1, 1], [1, 1], [0, 0]])"),
+    ("atrous_transpose output channels", "nn.atrous_conv2d_transpose(DY, F, [1, 6, 6, 5], 2, 'SAME')"),
+    ("atrous_transpose input channels", "nn.atrous_conv2d_transpose(DY[..., :3], F, [1, 6, 6, 4], 2, 'SAME')"),
+    ("atrous_transpose output_shape rank 3", "nn.atrous_conv2d_transpose(DY, F, [1, 6, 4], 2, 'SAME')"),
+    ("atrous_transpose output_shape disagrees", "nn.atrous_conv2d_transpose(DY, F, [1, 9, 9, 4], 2, 'SAME')"),
+    ("conv_transpose six sizes", "nn.conv_transpose(DY, F, [1, 1, 6, 6, 4, 1], 1, 'SAME')"),
+    ("conv_transpose two sizes", "nn.conv_transpose(DY, F, [1, 4], 1, 'SAME')"),
+    ("conv_transpose int output_shape", "nn.conv_transpose(DY, F, 4, 1, 'SAME')"),
+    ("conv_transpose string output_shape", "nn.conv_transpose(DY, F, '1664', 1, 'SAME')"),
+    ("conv_transpose sizes disagree", "nn.conv_transpose(DY, F, [1, 9, 9, 4], 1, 'SAME')"),
     # calls tf.nn accepts, as controls: the same outcome (shape) from both
     ("depthwise zero multiplier", "nn.depthwise_conv2d(X, DW[..., :0], [1, 1, 1, 1], 'SAME')"),
     ("backprop_filter zero-size filter", "bf(X, [0, 3, 4, 8], DY, [1, 1, 1, 1], 'SAME')"),
     ("transpose explicit padding", "nn.conv2d_transpose(DY, F, [1, 8, 8, 4], 1, [[0, 0], [0, 0], [0, 0], [0, 0]])"),
+    ("atrous rate 2", "nn.atrous_conv2d(X, F, 2, 'SAME')"),
+    ("atrous_transpose rate 2", "nn.atrous_conv2d_transpose(DY, F, [1, 6, 6, 4], 2, 'SAME')"),
+    ("atrous_transpose rate 1 explicit",
+     "nn.atrous_conv2d_transpose(DY, F, [1, 6, 6, 4], 1, [[0, 0], [1, 1], [1, 1], [0, 0]])"),
+    ("conv_transpose 1-D", "nn.conv_transpose(DY[0], F1, [6, 6, 4], 1, 'SAME')"),
+    ("conv_transpose 3-D", "nn.conv_transpose(DY[:, None], F[None], [1, 1, 6, 6, 4], 1, 'SAME')"),
 ]
 
 # Calls tf.nn rejects and detconv accepts on purpose: limits of TensorFlow's CPU kernels, not bad arguments
@@ -263,6 +332,11 @@ SUPERSET = [
     ("transpose dilations", "nn.conv2d_transpose(DY, F, [1, 6, 6, 4], 1, 'SAME', dilations=2)", "no CPU dilations"),
     ("grouped backprop_filter", "bf(X, [3, 3, 2, 8], DY, [1, 1, 1, 1], 'SAME')", "no grouped CPU kernel"),
     ("conv1d explicit padding", "nn.conv1d(X1, F1, 1, [[0, 0], [1, 1], [0, 0]])", "string padding only"),
+    ("atrous rate 1 explicit padding", "nn.atrous_conv2d(X, F, 1, [[0, 0], [1, 1], [1, 1], [0, 0]])",
+     "its rate-1 path takes string padding only"),
+    ("conv_transpose dilations", "nn.conv_transpose(DY, F, [1, 6, 6, 4], 1, 'SAME', dilations=2)", "no CPU dilations"),
+    ("atrous_transpose float rate", "nn.atrous_conv2d_transpose(DY, F, [1, 6, 6, 4], 2.0, 'SAME')",
+     "its space_to_batch takes int paddings only"),
 ]
 
 
