@@ -402,6 +402,11 @@ def _convert_layer(layer, accumulation):
     if target is None and isinstance(layer, _DET_CLASSES):
         target = type(layer)
     if target is None:
+        if isinstance(layer, keras.layers.Lambda):
+            # The config comes from this live layer, not from a file: nothing untrusted is deserialized, so
+            # Keras' safe mode (which refuses a Python lambda's bytecode) does not apply. Stock clone_model
+            # refuses it; convert() copies it.
+            return layer.__class__.from_config(layer.get_config(), safe_mode=False)
         return layer.__class__.from_config(layer.get_config())
     config = layer.get_config()
     if not isinstance(layer, _DET_CLASSES):  # detconv layers keep their own setting
@@ -415,10 +420,11 @@ def _is_graph_model(model):
         isinstance(model, keras.Model) and hasattr(model, "_run_through_graph") and hasattr(model, "_operations"))
 
 
+_SOFTMAX = "softmax sum"
 # Layers whose own sums detconv does not order: their bits may still depend on the device, the batch or
 # the thread count. Looked up by name, so a Keras without one of them simply has nothing to match.
 _UNCONTROLLED = {
-    "matrix product (BLAS/cuBLAS order)": ("Dense", "EinsumDense"),
+    "matrix product (BLAS/cuBLAS order)": ("Dense", "EinsumDense", "Dot"),
     "batch statistics (mean/variance reductions)": ("BatchNormalization",),
     "normalization reductions": ("LayerNormalization", "GroupNormalization", "UnitNormalization",
                                  "RMSNormalization", "SpectralNormalization"),
@@ -427,10 +433,31 @@ _UNCONTROLLED = {
                                                          "GlobalAveragePooling2D", "GlobalAveragePooling3D"),
     "attention (matrix products, softmax sums)": ("MultiHeadAttention", "GroupedQueryAttention", "Attention",
                                                   "AdditiveAttention"),
-    "softmax sum": ("Softmax",),
+    _SOFTMAX: ("Softmax",),
     "recurrent cell (matrix products)": ("LSTM", "GRU", "SimpleRNN", "RNN", "Bidirectional", "ConvLSTM1D",
                                          "ConvLSTM2D", "ConvLSTM3D"),
 }
+# Layers that sum nothing (elementwise maths, data movement, exact maxima, a fixed sequence of adds): they
+# leave the reach of the model's reproducibility as it is. Any other layer that is neither a convolution nor
+# listed above (a custom layer, a Lambda, resizing, ...) is reported as unclassified: detconv cannot tell
+# whether it sums.
+_ORDER_FREE = (
+    "InputLayer", "Activation", "ReLU", "LeakyReLU", "PReLU", "ELU", "Add", "Subtract", "Multiply", "Maximum",
+    "Minimum", "Average", "Concatenate", "Reshape", "Flatten", "Permute", "RepeatVector", "Cropping1D",
+    "Cropping2D", "Cropping3D", "ZeroPadding1D", "ZeroPadding2D", "ZeroPadding3D", "UpSampling1D", "UpSampling3D",
+    "MaxPooling1D", "MaxPooling2D", "MaxPooling3D", "GlobalMaxPooling1D", "GlobalMaxPooling2D",
+    "GlobalMaxPooling3D", "Dropout", "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "GaussianDropout",
+    "GaussianNoise", "AlphaDropout", "Identity", "Masking", "Embedding", "Rescaling", "Normalization",
+)
+
+
+def _classes(names):
+    return tuple(c for c in (getattr(keras.layers, n, None) for n in names) if isinstance(c, type))
+
+
+def _softmax_activation(layer):
+    """Whether the layer ends in a softmax (its activation argument): a sum over the channels."""
+    return getattr(getattr(layer, "activation", None), "__name__", "") in ("softmax", "log_softmax")
 
 
 class ConversionReport:
@@ -439,14 +466,17 @@ class ConversionReport:
     ``swapped``: [(layer name, stock class, detconv class)]; ``detconv``: names of the layers detconv
     computes (swapped or already detconv); ``uncontrolled``: [(layer name, class, why)] for layers whose
     sums detconv does not order; ``unreplaced``: stock convolution classes that stayed stock (user
-    subclasses, or inside a subclassed layer); ``str(report)`` is a readable summary."""
+    subclasses, or inside a subclassed layer); ``unclassified``: [(layer name, class)] for layers detconv
+    does not know (custom layers, Lambda, resizing, ...), which may sum in any order; ``str(report)`` is a
+    readable summary."""
 
-    def __init__(self, swapped, detconv, uncontrolled, unreplaced):
+    def __init__(self, swapped, detconv, uncontrolled, unreplaced, unclassified=()):
         self.swapped, self.detconv, self.uncontrolled, self.unreplaced = swapped, detconv, uncontrolled, unreplaced
+        self.unclassified = list(unclassified)
 
     @property
     def fully_controlled(self):
-        return not self.uncontrolled and not self.unreplaced
+        return not self.uncontrolled and not self.unreplaced and not self.unclassified
 
     def __str__(self):
         lines = [f"detconv computes {len(self.detconv)} convolution layer(s); swapped {len(self.swapped)}."]
@@ -459,7 +489,11 @@ class ConversionReport:
             lines.append("Layers whose sums detconv does not order (their bits may vary by device, batch, "
                          "threads):")
             lines += [f"  outside   {name}: {cls} - {why}" for name, cls, why in self.uncontrolled]
-        else:
+        if self.unclassified:
+            lines.append("Layers detconv does not know (they may sum in an order it does not control; check "
+                         "them yourself):")
+            lines += [f"  unknown   {name}: {cls}" for name, cls in self.unclassified]
+        if not self.uncontrolled and not self.unclassified:
             lines.append("No other layer of the model sums in an order detconv does not control.")
         return "\n".join(lines)
 
@@ -474,19 +508,30 @@ def report(model, swapped=()):
             cls = getattr(keras.layers, name, None)
             if cls is not None:
                 uncontrolled_classes[cls] = why
-    det, uncontrolled, unreplaced = [], [], []
+    order_free = _classes(_ORDER_FREE)
+    det, uncontrolled, unreplaced, unclassified = [], [], [], []
     layers = model._flatten_layers(include_self=False, recursive=True) if isinstance(model, keras.Model) \
         else [model]
     for layer in layers:
+        if isinstance(layer, keras.Model):  # a nested model: its layers are in the list themselves
+            continue
+        cls, why = type(layer).__name__, []
         if isinstance(layer, _DET_CLASSES):
             det.append(layer.name)
         elif isinstance(layer, tuple(_STOCK_TO_DET)):
-            unreplaced.append((layer.name, type(layer).__name__))
+            unreplaced.append((layer.name, cls))
         else:
-            why = next((w for c, w in uncontrolled_classes.items() if isinstance(layer, c)), None)
-            if why is not None:
-                uncontrolled.append((layer.name, type(layer).__name__, why))
-    return ConversionReport(list(swapped), det, uncontrolled, unreplaced)
+            known = next((w for c, w in uncontrolled_classes.items() if isinstance(layer, c)), None)
+            if known is not None:
+                why.append(known)
+            elif not (type(layer) in order_free or  # exact classes: a subclass may compute anything
+                      (cls == "UpSampling2D" and getattr(layer, "interpolation", None) == "nearest")):
+                unclassified.append((layer.name, cls))
+        if _softmax_activation(layer):  # any layer's softmax activation, a convolution's included
+            why.append(f"{_SOFTMAX} (its activation)")
+        if why:
+            uncontrolled.append((layer.name, cls, "; ".join(why)))
+    return ConversionReport(list(swapped), det, uncontrolled, unreplaced, unclassified)
 
 
 def convert(model, accumulation=None, *, verbose=False):

@@ -650,6 +650,37 @@ def test_convert_every_layer_kind_and_report(rng, capsys):
     assert pure.detconv_report.fully_controlled and "No other layer" in str(pure.detconv_report)
 
 
+def test_report_names_softmax_activations_and_layers_it_does_not_know(rng):
+    """Order-free layers pass silently; a softmax activation (a convolution's too) is outside the contract;
+    custom, Lambda and interpolating layers are reported as unknown rather than assumed order-free."""
+    class Custom(keras.layers.Layer):
+        def call(self, x):
+            return keras.ops.matmul(x, keras.ops.ones((x.shape[-1], 2)))
+
+    inp = keras.Input((6, 6, 3))
+    a = keras.layers.Conv2D(4, 3, activation="softmax", name="conv_sm")(inp)
+    a = keras.layers.Activation("softmax", name="act_sm")(a)
+    a = keras.layers.Activation("relu", name="act_relu")(a)
+    a = keras.layers.UpSampling2D(interpolation="bilinear", name="up_bilinear")(a)
+    a = keras.layers.UpSampling2D(name="up_nearest")(a)
+    a = keras.layers.Lambda(lambda t: t * 2, name="lam")(a)  # convert() copies it (stock clone_model refuses)
+    a = Custom(name="custom")(a)
+    out = keras.layers.Dense(3, activation="softmax", name="dense_sm")(a)
+    model = keras.Model(inp, out)
+    for layer in model.layers:
+        _randomize(layer, rng)
+    converted = dk.convert(model)
+    rep = converted.detconv_report
+    assert [n for n, _, _ in rep.swapped] == ["conv_sm"]
+    assert {n: why for n, _, why in rep.uncontrolled} == {
+        "conv_sm": "softmax sum (its activation)", "act_sm": "softmax sum (its activation)",
+        "dense_sm": "matrix product (BLAS/cuBLAS order); softmax sum (its activation)"}
+    assert {n for n, _ in rep.unclassified} == {"up_bilinear", "lam", "custom"}
+    assert not rep.fully_controlled and "unknown   lam: Lambda" in str(rep)
+    x = rng.standard_normal((2, 6, 6, 3)).astype(np.float32)
+    np.testing.assert_allclose(converted(x), model(x), rtol=1e-4, atol=1e-5)
+
+
 def test_3d_layers_keras_file_and_saved_model(tmp_path, rng):
     inp = keras.Input((4, 6, 6, 2))
     y = dk.Conv3D(3, 3, padding="same", name="c3d", accumulation="float32")(inp)
