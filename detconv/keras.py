@@ -452,6 +452,7 @@ _ORDER_FREE = (
 
 
 def _classes(names):
+    """The keras.layers classes of these names that this Keras has."""
     return tuple(c for c in (getattr(keras.layers, n, None) for n in names) if isinstance(c, type))
 
 
@@ -502,12 +503,7 @@ class ConversionReport:
 
 def report(model, swapped=()):
     """A ConversionReport for ``model`` as it is (``swapped`` lists what a conversion replaced)."""
-    uncontrolled_classes = {}
-    for why, names in _UNCONTROLLED.items():
-        for name in names:
-            cls = getattr(keras.layers, name, None)
-            if cls is not None:
-                uncontrolled_classes[cls] = why
+    uncontrolled_classes = {c: why for why, names in _UNCONTROLLED.items() for c in _classes(names)}
     order_free = _classes(_ORDER_FREE)
     det, uncontrolled, unreplaced, unclassified = [], [], [], []
     layers = model._flatten_layers(include_self=False, recursive=True) if isinstance(model, keras.Model) \
