@@ -484,7 +484,6 @@ def convolution(input, filters, strides=None, padding="VALID", data_format=None,
     raise ValueError(f"filters: expected rank 3, 4 or 5 (1-D, 2-D or 3-D), got rank {rank}")
 
 
-
 @_tf_nn_errors
 def conv_transpose(input, filters, output_shape, strides, padding="SAME", data_format=None, dilations=None, name=None,
                    *, accumulation=None):
