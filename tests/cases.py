@@ -136,5 +136,8 @@ CASES_3D = [
     ("temporal-only", (1, 8, 3, 4, 5), (4, 1, 1, 5, 3), (2, 1, 1), (1, 1, 1), ((2, 1), (0, 0), (0, 0))),
     ("wide-rows", (1, 3, 4, 23, 16), (3, 3, 3, 16, 16), 1, 1, "SAME"),
     ("wide-groups", (1, 3, 4, 6, 66), (3, 3, 3, 66, 8), 1, 1, "SAME"),  # 7x4 dx tiles on AVX-512 (one block of 6)
+    # SAME whose padding would be negative (depth -2, width -4): it is zero. TensorFlow 2.21's CPU conv3d without
+    # oneDNN shifts the window by half of it instead (docs/contract.md, Padding).
+    ("same-stride-past-filter", (1, 9, 5, 15, 3), (1, 3, 1, 3, 4), (3, 1, 5), 1, "SAME"),
 ]
 
