@@ -208,6 +208,22 @@ def _check_rank(t, rank, name):
         raise ValueError(f"{name}: must be rank {rank}, got shape {t.shape}")
 
 
+def _check_empty_filter(x, sizes, dy, data_format):
+    """What tf.nn checks of a filter gradient whose filter_sizes has a zero tap dimension (the op takes none:
+    the problem needs taps; no out-channels, the op's own case, checks out_backprop's whole shape)."""
+    *_, cg, co = (int(v) for v in sizes)
+    if cg == 0:
+        raise _invalid("filter_sizes: in-channels must be positive, got 0")
+    axis = -1 if _args.channels_last(data_format) else 1
+    c, dyc = x.shape[axis], dy.shape[axis]
+    if c is not None and c % cg:
+        raise _invalid(f"filter_sizes: input channels ({c}) must be a multiple of the filter's in-channels ({cg})")
+    if dyc is not None and dyc != co:
+        raise _invalid(f"out_backprop: {dyc} channels, filter_sizes has {co} out-channels")
+    if x.shape[0] is not None and dy.shape[0] is not None and x.shape[0] != dy.shape[0]:
+        raise _invalid(f"out_backprop: batch {dy.shape[0]}, input's is {x.shape[0]}")
+
+
 def _attrs(strides, dilations, mode, explicit, data_format, accumulation):
     return dict(strides=strides, dilations=dilations, padding=mode, explicit_paddings=explicit,
                 data_format=data_format, accumulation=accumulation)
@@ -309,8 +325,9 @@ def _backprop_filter_op(ndims, x, filter_sizes, dy, st, dl, mode, explicit, data
     acc = _accumulation(accumulation, x.dtype)
     sizes = _checked_int32(_int64_sizes(filter_sizes, "filter_sizes"), "filter_sizes")
     static = tf.get_static_value(sizes)
-    if static is not None and np.ndim(static) == 1 and len(static) == ndims + 2 and min(static) == 0:
-        return tf.zeros(static, x.dtype)  # an empty filter has an empty gradient (as tf.nn)
+    if static is not None and np.ndim(static) == 1 and len(static) == ndims + 2 and min(static[:-1]) == 0:
+        _check_empty_filter(x, static, dy, data_format)
+        return tf.zeros(static, x.dtype)  # a filter of no taps has an empty gradient (as tf.nn)
     op = load_ops().det_conv_conv3d_backprop_filter if ndims == 3 else load_ops().det_conv_conv2d_backprop_filter
     return op(x, sizes, dy, **_attrs(st, dl, mode, explicit, data_format, acc))
 

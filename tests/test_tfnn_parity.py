@@ -315,6 +315,14 @@ BAD_CALLS = [
     # calls tf.nn accepts, as controls: the same outcome (shape) from both
     ("depthwise zero multiplier", "nn.depthwise_conv2d(X, DW[..., :0], [1, 1, 1, 1], 'SAME')"),
     ("backprop_filter zero-size filter", "bf(X, [0, 3, 4, 8], DY, [1, 1, 1, 1], 'SAME')"),
+    ("backprop_filter no out-channels", "bf(X, [3, 3, 4, 0], DY[..., :0], [1, 1, 1, 1], 'SAME')"),
+    # ... and with an out_backprop that does not fit them (an empty gradient, but a bad call)
+    ("backprop_filter zero-size filter, out_backprop channels",
+     "bf(X, [0, 3, 4, 8], DY[..., :5], [1, 1, 1, 1], 'SAME')"),
+    ("backprop_filter no out-channels, out_backprop channels", "bf(X, [3, 3, 4, 0], DY, [1, 1, 1, 1], 'SAME')"),
+    ("backprop_filter no out-channels, out_backprop width",
+     "bf(X, [3, 3, 4, 0], DY[:, :, :5, :0], [1, 1, 1, 1], 'SAME')"),
+    ("backprop_filter zero in-channels", "bf(X, [3, 3, 0, 8], DY, [1, 1, 1, 1], 'SAME')"),
     ("transpose explicit padding", "nn.conv2d_transpose(DY, F, [1, 8, 8, 4], 1, [[0, 0], [0, 0], [0, 0], [0, 0]])"),
     ("atrous rate 2", "nn.atrous_conv2d(X, F, 2, 'SAME')"),
     ("atrous_transpose rate 2", "nn.atrous_conv2d_transpose(DY, F, [1, 6, 6, 4], 2, 'SAME')"),
