@@ -216,12 +216,17 @@ def _check_empty_filter(x, sizes, dy, data_format):
         raise _invalid("filter_sizes: in-channels must be positive, got 0")
     axis = -1 if _args.channels_last(data_format) else 1
     c, dyc = x.shape[axis], dy.shape[axis]
-    if c is not None and c % cg:
-        raise _invalid(f"filter_sizes: input channels ({c}) must be a multiple of the filter's in-channels ({cg})")
+    _check_in_channels(c, cg, "filter_sizes")
     if dyc is not None and dyc != co:
         raise _invalid(f"out_backprop: {dyc} channels, filter_sizes has {co} out-channels")
     if x.shape[0] is not None and dy.shape[0] is not None and x.shape[0] != dy.shape[0]:
         raise _invalid(f"out_backprop: batch {dy.shape[0]}, input's is {x.shape[0]}")
+
+
+def _check_in_channels(c, cg, name):
+    """Input channels c (None: unknown) against a filter of cg in-channels, named by the argument (name)."""
+    if c is not None and cg is not None and c % cg != 0:
+        raise ValueError(f"{name}: input channels ({c}) must be a multiple of the filter's in-channels ({cg})")
 
 
 def _attrs(strides, dilations, mode, explicit, data_format, accumulation):
@@ -276,11 +281,9 @@ def _check_static(x, f, data_format):
             raise _invalid(f"filters: zero-size filter ({label} is 0)")
     if c is not None and c == 0:  # tf.nn: "grouped convolution must have at least one group"
         raise _invalid("input: zero input channels (0 groups)")
-    if c is not None and cg is not None:
-        if c % cg != 0:
-            raise ValueError(f"filters: input channels ({c}) must be a multiple of the filter's in-channels ({cg})")
-        if co is not None and co % (c // cg) != 0:
-            raise ValueError(f"filters: out-channels ({co}) must be divisible by the number of groups ({c // cg})")
+    _check_in_channels(c, cg, "filters")
+    if c is not None and cg is not None and co is not None and co % (c // cg) != 0:
+        raise ValueError(f"filters: out-channels ({co}) must be divisible by the number of groups ({c // cg})")
 
 
 @_tf_nn_errors
