@@ -504,7 +504,7 @@ class ConversionReport:
 def report(model, swapped=()):
     """A ConversionReport for ``model`` as it is (``swapped`` lists what a conversion replaced)."""
     uncontrolled_classes = {c: why for why, names in _UNCONTROLLED.items() for c in _classes(names)}
-    order_free = _classes(_ORDER_FREE)
+    order_free, upsampling_2d = _classes(_ORDER_FREE), _classes(("UpSampling2D",))
     det, uncontrolled, unreplaced, unclassified = [], [], [], []
     layers = model._flatten_layers(include_self=False, recursive=True) if isinstance(model, keras.Model) \
         else [model]
@@ -521,7 +521,7 @@ def report(model, swapped=()):
             if known is not None:
                 why.append(known)
             elif not (type(layer) in order_free or  # exact classes: a subclass may compute anything
-                      (cls == "UpSampling2D" and getattr(layer, "interpolation", None) == "nearest")):
+                      (type(layer) in upsampling_2d and getattr(layer, "interpolation", None) == "nearest")):
                 unclassified.append((layer.name, cls))
         if _softmax_activation(layer):  # any layer's softmax activation, a convolution's included
             why.append(f"{_SOFTMAX} (its activation)")
