@@ -175,3 +175,39 @@ def test_kernels_api_overflowing_geometry():
         K.conv2d(x, f, 1, ((2**62, 2**62), (0, 0)))
     # a huge stride is no overflow: SAME gives one output per dimension
     assert K.conv2d(x, np.ones((1, 1, 1, 1), np.float32), 2**62, "SAME").shape == (1, 1, 1, 1)
+
+
+# A workspace no allocator can give (here an NCHW input's NHWC copy, under an address-space limit set
+# after the input and the warm-up) is the op's ResourceExhaustedError, as an allocation failure in
+# tf.nn is, and the kernel module's MemoryError; before, the C++ exception crossed into TensorFlow,
+# whose eager call died of SIGSEGV in its pybind11 translation.
+_OOM_SCRIPT = """
+import resource, sys
+import numpy as np, tensorflow as tf, detconv
+from detconv import kernels as K
+detconv.conv2d(tf.ones((1, 4, 4, 2)), tf.ones((1, 1, 2, 2)), 1, "SAME", data_format="NCHW")
+K.conv2d(np.ones((1, 2, 4, 4), np.float32), np.ones((1, 1, 2, 2), np.float32), 1, "SAME", data_format="NCHW")
+x = np.random.default_rng(0).standard_normal((16, 64, 128, 256), dtype=np.float32)  # 128 MiB, NCHW
+xt, f = tf.constant(x), np.random.default_rng(1).standard_normal((1, 1, 64, 64), dtype=np.float32)
+vm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmSize")) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (vm + (192 << 20), resource.RLIM_INFINITY))  # the output, not its copy too
+for name, call, err in (("op", lambda: detconv.conv2d(xt, f, 1, "SAME", data_format="NCHW"), tf.errors.ResourceExhaustedError),
+                        ("kernels", lambda: K.conv2d(x, f, 1, "SAME", data_format="NCHW"), MemoryError)):
+    try:
+        call()
+        print(name, "RAN")
+    except err as e:
+        print(name, "RAISED", type(e).__name__)
+"""
+
+
+def test_workspace_allocation_failure_raises():
+    import subprocess
+    import sys
+
+    from detconv._loader import child_python_kwargs
+
+    r = subprocess.run([sys.executable, "-c", _OOM_SCRIPT], capture_output=True, text=True, timeout=300,
+                       **child_python_kwargs(log_level="3"))
+    assert r.returncode == 0, f"process died (rc={r.returncode}):\n{r.stderr[-2000:]}"
+    assert r.stdout.split("\n")[-3:] == ["op RAISED ResourceExhaustedError", "kernels RAISED MemoryError", ""], r.stdout

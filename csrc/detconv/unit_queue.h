@@ -10,6 +10,8 @@
 #pragma once
 #include <algorithm>
 #include <atomic>
+#include <exception>
+#include <mutex>
 #include "detconv/problem.h"
 
 namespace detconv {
@@ -27,9 +29,21 @@ class UnitQueue {
   UnitQueue(i64 units, i64 cost_per_unit, i64 threads) : units_(units), chunk_(chunk_for(units, cost_per_unit, threads)) {}
 
   // Runs fn(begin, end) over the chunks no other caller has taken; any number of threads may call it at once.
+  // No exception leaves it (none may leave a pool's thread): the first one fn throws is kept, every caller
+  // stops taking chunks, and rethrow_first() raises it on the thread that waited for the others.
   template <class Fn>
-  void drain(const Fn& fn) {
-    for (i64 b; (b = next_.fetch_add(chunk_, std::memory_order_relaxed)) < units_;) fn(b, std::min(units_, b + chunk_));
+  void drain(const Fn& fn) noexcept {
+    try {
+      for (i64 b; (b = next_.fetch_add(chunk_, std::memory_order_relaxed)) < units_;) fn(b, std::min(units_, b + chunk_));
+    } catch (...) {
+      next_.store(units_, std::memory_order_relaxed);
+      std::lock_guard<std::mutex> lock(error_mu_);
+      if (!error_) error_ = std::current_exception();
+    }
+  }
+  // After every drain() has returned.
+  void rethrow_first() const {
+    if (error_) std::rethrow_exception(error_);
   }
 
  private:
@@ -41,6 +55,8 @@ class UnitQueue {
 
   const i64 units_, chunk_;
   std::atomic<i64> next_{0};
+  std::mutex error_mu_;
+  std::exception_ptr error_;
 };
 
 }  // namespace detconv

@@ -10,10 +10,9 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <exception>
-#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -51,22 +50,16 @@ class ThreadExecutor : public CpuExecutor {
       return;
     }
     UnitQueue queue(units, cost, t);
-    std::exception_ptr error;
-    std::mutex error_mu;
-    auto drain = [&] {
-      try {
-        queue.drain(fn);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mu);
-        if (!error) error = std::current_exception();
-      }
-    };
+    auto drain = [&] { queue.drain(fn); };
     std::vector<std::thread> pool;
     pool.reserve(std::size_t(t - 1));
-    for (i64 k = 1; k < t; ++k) pool.emplace_back(drain);
+    try {
+      for (i64 k = 1; k < t; ++k) pool.emplace_back(drain);
+    } catch (const std::system_error&) {  // no thread to be had: those started share the queue
+    }
     drain();
     for (auto& th : pool) th.join();
-    if (error) std::rethrow_exception(error);
+    queue.rethrow_first();
   }
 
  private:

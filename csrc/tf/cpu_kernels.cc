@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <deque>
 #include <limits>
+#include <new>
+#include <stdexcept>
+#include <string>
 #include "detconv/unit_queue.h"
 #include "tf/kernel_common.h"
 
@@ -34,6 +37,7 @@ class TfPoolExecutor : public detconv::CpuExecutor {
     const i64 task_cost = cost > std::numeric_limits<i64>::max() / per_task ? std::numeric_limits<i64>::max() : cost * per_task;
     workers_->workers->ParallelFor(tasks, ThreadPool::SchedulingParams::Adaptive(task_cost),
                                    [&](int64_t, int64_t) { queue.drain(fn); });
+    queue.rethrow_first();
   }
   int threads() const override { return workers_->num_threads > 0 ? workers_->num_threads : 1; }
   // TensorFlow's allocator reuses its buffers: no fresh pages (and page faults) per call.
@@ -49,28 +53,40 @@ class TfPoolExecutor : public detconv::CpuExecutor {
   OpKernelContext* ctx_;
   mutable std::deque<Tensor> temps_;
 };
+
+// A kernel's C++ exception as the op's error: none may reach TensorFlow, where an eager call
+// crashed in its pybind11 translation (SIGSEGV) and a graph would terminate. Past the shapes that
+// the op checked, the one a kernel can throw is std::bad_alloc: a workspace (a converted input,
+// a packed filter) that neither TensorFlow's allocator nor the heap could give.
+template <class F>
+absl::Status run_kernel(F&& kernel) {
+  try {
+    kernel();
+    return absl::OkStatus();
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("detconv: out of host memory for a CPU kernel's workspace");
+  } catch (const std::exception& e) {
+    return absl::InternalError(std::string("detconv: CPU kernel failed: ") + e.what());
+  }
+}
 }  // namespace
 
 template <>
 absl::Status Runner<CPUDevice>::fprop(OpKernelContext* ctx, const ConvProblem& p, const void* x, const void* f,
                                       const void* b, void* y) {
-  detconv::fprop_cpu(p, x, f, b, y, TfPoolExecutor(ctx));
-  return absl::OkStatus();
+  return run_kernel([&] { detconv::fprop_cpu(p, x, f, b, y, TfPoolExecutor(ctx)); });
 }
 template <>
 absl::Status Runner<CPUDevice>::dgrad(OpKernelContext* ctx, const ConvProblem& p, const void* dy, const void* f, void* dx) {
-  detconv::dgrad_cpu(p, dy, f, dx, TfPoolExecutor(ctx));
-  return absl::OkStatus();
+  return run_kernel([&] { detconv::dgrad_cpu(p, dy, f, dx, TfPoolExecutor(ctx)); });
 }
 template <>
 absl::Status Runner<CPUDevice>::wgrad(OpKernelContext* ctx, const ConvProblem& p, const void* x, const void* dy, void* dw) {
-  detconv::wgrad_cpu(p, x, dy, dw, TfPoolExecutor(ctx));
-  return absl::OkStatus();
+  return run_kernel([&] { detconv::wgrad_cpu(p, x, dy, dw, TfPoolExecutor(ctx)); });
 }
 template <>
 absl::Status Runner<CPUDevice>::bgrad(OpKernelContext* ctx, const ConvProblem& p, const void* dy, void* db) {
-  detconv::bgrad_cpu(p, dy, db, TfPoolExecutor(ctx));
-  return absl::OkStatus();
+  return run_kernel([&] { detconv::bgrad_cpu(p, dy, db, TfPoolExecutor(ctx)); });
 }
 
 DETCONV_REGISTER_KERNELS(::tensorflow::DEVICE_CPU, CPUDevice, float);
