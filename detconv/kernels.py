@@ -437,7 +437,7 @@ def _threads(threads):
     t = _int(threads, "threads")
     if t < 1:
         raise ValueError(f"threads: must be >= 1, got {threads!r}")
-    return t
+    return min(t, 2**31 - 1)  # the native int; a call never starts more threads than it has units of work
 
 
 # ------------------------------------------------------------- computations

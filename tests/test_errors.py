@@ -175,6 +175,8 @@ def test_kernels_api_overflowing_geometry():
         K.conv2d(x, f, 1, ((2**62, 2**62), (0, 0)))
     # a huge stride is no overflow: SAME gives one output per dimension
     assert K.conv2d(x, np.ones((1, 1, 1, 1), np.float32), 2**62, "SAME").shape == (1, 1, 1, 1)
+    # A thread count past the native int: as many threads as the work has units (was a pybind11 TypeError).
+    assert_bits_equal(K.conv2d(x, f, threads=2**40), K.conv2d(x, f, threads=1))
 
 
 # A workspace no allocator can give (here an NCHW input's NHWC copy, under an address-space limit set
