@@ -398,6 +398,10 @@ _DET_CLASSES = tuple(_STOCK_TO_DET.values())
 
 
 def _convert_layer(layer, accumulation):
+    if type(layer) is keras.layers.TimeDistributed:  # e.g. a video model's per-frame Conv2D
+        config = layer.get_config()
+        config.pop("layer")
+        return keras.layers.TimeDistributed(_convert_layer(layer.layer, accumulation), **config)
     target = _STOCK_TO_DET.get(type(layer))
     if target is None and isinstance(layer, _DET_CLASSES):
         target = type(layer)
@@ -412,6 +416,14 @@ def _convert_layer(layer, accumulation):
     if not isinstance(layer, _DET_CLASSES):  # detconv layers keep their own setting
         config["accumulation"] = accumulation
     return target.from_config(config)
+
+
+def _unwrapped(pair):
+    """(old, new) with the TimeDistributed wrappers _convert_layer rebuilt taken off."""
+    old, new = pair
+    while type(old) is keras.layers.TimeDistributed and type(new) is keras.layers.TimeDistributed:
+        old, new = old.layer, new.layer
+    return old, new
 
 
 def _is_graph_model(model):
@@ -448,6 +460,7 @@ _ORDER_FREE = (
     "MaxPooling1D", "MaxPooling2D", "MaxPooling3D", "GlobalMaxPooling1D", "GlobalMaxPooling2D",
     "GlobalMaxPooling3D", "Dropout", "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "GaussianDropout",
     "GaussianNoise", "AlphaDropout", "Identity", "Masking", "Embedding", "Rescaling", "Normalization",
+    "TimeDistributed",  # a reshape around its layer, which the report lists on its own
 )
 
 
@@ -578,7 +591,7 @@ def convert(model, accumulation=None, *, verbose=False):
         if getattr(old, "weights", None):  # graph nodes may be plain operations (e.g. x[..., None])
             new.set_weights(old.get_weights())
 
-    swapped = [(new.name, type(old).__name__, type(new).__name__) for old, new in pairs
+    swapped = [(new.name, type(old).__name__, type(new).__name__) for old, new in map(_unwrapped, pairs)
                if type(old) in _STOCK_TO_DET and isinstance(new, _DET_CLASSES)]
     new_model.detconv_report = rep = report(new_model, swapped)
     if rep.unreplaced:

@@ -559,6 +559,31 @@ def test_convert_nested_application(rng):
     assert_bits_equal(converted(x), converted(x), "converted model run twice")
 
 
+def test_convert_time_distributed(rng, tmp_path):
+    # A video model's per-frame convolutions: the wrapped stock layers are swapped, the wrappers keep their
+    # names and weight paths, and each frame is the detconv layer's output for that frame alone.
+    inp = keras.Input((3, 9, 9, 2))
+    y = keras.layers.TimeDistributed(keras.layers.Conv2D(4, 3, padding="same", name="frame_conv"), name="td")(inp)
+    y = keras.layers.TimeDistributed(keras.layers.DepthwiseConv2D(3, name="frame_dw"), name="td_dw")(y)
+    model = keras.Model(inp, y)
+    converted = dk.convert(model)
+    assert isinstance(converted.get_layer("td"), keras.layers.TimeDistributed)
+    assert type(converted.get_layer("td").layer) is dk.Conv2D
+    assert type(converted.get_layer("td_dw").layer) is dk.DepthwiseConv2D
+    rep = converted.detconv_report
+    assert [s[0] for s in rep.swapped] == ["frame_conv", "frame_dw"] and rep.fully_controlled, str(rep)
+    assert [w.path for w in converted.weights] == [w.path for w in model.weights]
+    for a, b in zip(converted.weights, model.weights):
+        assert_bits_equal(a.numpy(), b.numpy(), a.path)
+    x = rng.standard_normal((2, 3, 9, 9, 2)).astype(np.float32)
+    got = converted(x).numpy()
+    frames = converted.get_layer("td_dw").layer(converted.get_layer("td").layer(x.reshape(6, 9, 9, 2)))
+    assert_bits_equal(got, frames.numpy().reshape(got.shape), "framewise")
+    np.testing.assert_allclose(got, model(x).numpy(), rtol=1e-4, atol=1e-5)
+    converted.save(tmp_path / "td.keras")
+    assert_bits_equal(keras.saving.load_model(tmp_path / "td.keras")(x), got, ".keras round trip")
+
+
 def test_convert_rejects_subclassed_and_converts_single_layers(rng):
     class Sub(keras.Model):
         def __init__(self):
