@@ -433,8 +433,11 @@ def _is_graph_model(model):
 
 
 _SOFTMAX = "softmax sum"
-# Layers whose own sums detconv does not order: their bits may still depend on the device, the batch or
-# the thread count. Looked up by name, so a Keras without one of them simply has nothing to match.
+# exp, log, tanh and erf are no IEEE operation: TensorFlow's CPU kernels (Eigen's approximations) and its
+# GPU kernels (CUDA's math library) round them differently, so their bits follow the device.
+_TRANSCENDENTAL = "exp/tanh/erf (CPU and GPU libraries round them differently)"
+# Layers whose own sums (or functions) detconv does not fix: their bits may still depend on the device, the
+# batch or the thread count. Looked up by name, so a Keras without one of them simply has nothing to match.
 _UNCONTROLLED = {
     "matrix product (BLAS/cuBLAS order)": ("Dense", "EinsumDense", "Dot"),
     "batch statistics (mean/variance reductions)": ("BatchNormalization",),
@@ -446,6 +449,7 @@ _UNCONTROLLED = {
     "attention (matrix products, softmax sums)": ("MultiHeadAttention", "GroupedQueryAttention", "Attention",
                                                   "AdditiveAttention"),
     _SOFTMAX: ("Softmax",),
+    _TRANSCENDENTAL: ("ELU",),
     "recurrent cell (matrix products)": ("LSTM", "GRU", "SimpleRNN", "RNN", "Bidirectional", "ConvLSTM1D",
                                          "ConvLSTM2D", "ConvLSTM3D"),
 }
@@ -454,7 +458,7 @@ _UNCONTROLLED = {
 # listed above (a custom layer, a Lambda, resizing, ...) is reported as unclassified: detconv cannot tell
 # whether it sums.
 _ORDER_FREE = (
-    "InputLayer", "Activation", "ReLU", "LeakyReLU", "PReLU", "ELU", "Add", "Subtract", "Multiply", "Maximum",
+    "InputLayer", "Activation", "ReLU", "LeakyReLU", "PReLU", "Add", "Subtract", "Multiply", "Maximum",
     "Minimum", "Average", "Concatenate", "Reshape", "Flatten", "Permute", "RepeatVector", "Cropping1D",
     "Cropping2D", "Cropping3D", "ZeroPadding1D", "ZeroPadding2D", "ZeroPadding3D", "UpSampling1D", "UpSampling3D",
     "MaxPooling1D", "MaxPooling2D", "MaxPooling3D", "GlobalMaxPooling1D", "GlobalMaxPooling2D",
@@ -469,9 +473,19 @@ def _classes(names):
     return tuple(c for c in (getattr(keras.layers, n, None) for n in names) if isinstance(c, type))
 
 
-def _softmax_activation(layer):
-    """Whether the layer ends in a softmax (its activation argument): a sum over the channels."""
-    return getattr(getattr(layer, "activation", None), "__name__", "") in ("softmax", "log_softmax")
+# Activations (keras.activations' function names) that sum over the channels, or that take exp/tanh/erf;
+# the others (relu, relu6, leaky_relu, hard_sigmoid, hard_silu, softsign, squareplus, ...) are IEEE
+# arithmetic, one rounding per operation.
+_ACTIVATION_WHY = {
+    **dict.fromkeys(("softmax", "log_softmax"), _SOFTMAX),
+    **dict.fromkeys(("sigmoid", "tanh", "silu", "gelu", "elu", "selu", "celu", "softplus", "exponential", "mish",
+                     "log_sigmoid", "glu", "tanh_shrink"), _TRANSCENDENTAL),
+}
+
+
+def _activation_why(layer):
+    """Why the layer's activation argument (a convolution's too) leaves the contract's reach, or None."""
+    return _ACTIVATION_WHY.get(getattr(getattr(layer, "activation", None), "__name__", ""))
 
 
 class ConversionReport:
@@ -479,7 +493,7 @@ class ConversionReport:
 
     ``swapped``: [(layer name, stock class, detconv class)]; ``detconv``: names of the layers detconv
     computes (swapped or already detconv); ``uncontrolled``: [(layer name, class, why)] for layers whose
-    sums detconv does not order; ``unreplaced``: stock convolution classes that stayed stock (user
+    sums detconv does not order, or which take exp/tanh/erf (an activation too); ``unreplaced``: stock convolution classes that stayed stock (user
     subclasses, or inside a subclassed layer); ``unclassified``: [(layer name, class)] for layers detconv
     does not know (custom layers, Lambda, resizing, ...), which may sum in any order; ``str(report)`` is a
     readable summary."""
@@ -500,8 +514,8 @@ class ConversionReport:
             lines.append("Convolutions left stock (user subclasses or inside subclassed layers):")
             lines += [f"  stock     {name}: {cls}" for name, cls in self.unreplaced]
         if self.uncontrolled:
-            lines.append("Layers whose sums detconv does not order (their bits may vary by device, batch, "
-                         "threads):")
+            lines.append("Layers whose sums detconv does not order, or which take exp/tanh/erf (their bits "
+                         "may vary by device, batch, threads):")
             lines += [f"  outside   {name}: {cls} - {why}" for name, cls, why in self.uncontrolled]
         if self.unclassified:
             lines.append("Layers detconv does not know (they may sum in an order it does not control; check "
@@ -536,8 +550,8 @@ def report(model, swapped=()):
             elif not (type(layer) in order_free or  # exact classes: a subclass may compute anything
                       (type(layer) in upsampling_2d and getattr(layer, "interpolation", None) == "nearest")):
                 unclassified.append((layer.name, cls))
-        if _softmax_activation(layer):  # any layer's softmax activation, a convolution's included
-            why.append(f"{_SOFTMAX} (its activation)")
+        if _activation_why(layer):  # any layer's activation, a convolution's included
+            why.append(f"{_activation_why(layer)} (its activation)")
         if why:
             uncontrolled.append((layer.name, cls, "; ".join(why)))
     return ConversionReport(list(swapped), det, uncontrolled, unreplaced, unclassified)

@@ -676,8 +676,9 @@ def test_convert_every_layer_kind_and_report(rng, capsys):
 
 
 def test_report_names_softmax_activations_and_layers_it_does_not_know(rng):
-    """Order-free layers pass silently; a softmax activation (a convolution's too) is outside the contract;
-    custom, Lambda and interpolating layers are reported as unknown rather than assumed order-free."""
+    """Order-free layers pass silently; a softmax or exp/tanh/erf activation (a convolution's too) is outside
+    the contract; custom, Lambda and interpolating layers are reported as unknown rather than assumed
+    order-free."""
     class Custom(keras.layers.Layer):
         def call(self, x):
             return keras.ops.matmul(x, keras.ops.ones((x.shape[-1], 2)))
@@ -686,6 +687,10 @@ def test_report_names_softmax_activations_and_layers_it_does_not_know(rng):
     a = keras.layers.Conv2D(4, 3, activation="softmax", name="conv_sm")(inp)
     a = keras.layers.Activation("softmax", name="act_sm")(a)
     a = keras.layers.Activation("relu", name="act_relu")(a)
+    a = keras.layers.Conv2D(4, 1, activation="swish", name="conv_swish")(a)
+    a = keras.layers.Activation("hard_sigmoid", name="act_hard")(a)
+    a = keras.layers.Activation("gelu", name="act_gelu")(a)
+    a = keras.layers.ELU(name="elu")(a)
     a = keras.layers.UpSampling2D(interpolation="bilinear", name="up_bilinear")(a)
     a = keras.layers.UpSampling2D(name="up_nearest")(a)
     a = keras.layers.Lambda(lambda t: t * 2, name="lam")(a)  # convert() copies it (stock clone_model refuses)
@@ -696,10 +701,12 @@ def test_report_names_softmax_activations_and_layers_it_does_not_know(rng):
         _randomize(layer, rng)
     converted = dk.convert(model)
     rep = converted.detconv_report
-    assert [n for n, _, _ in rep.swapped] == ["conv_sm"]
+    assert [n for n, _, _ in rep.swapped] == ["conv_sm", "conv_swish"]
+    transcendental = "exp/tanh/erf (CPU and GPU libraries round them differently)"
     assert {n: why for n, _, why in rep.uncontrolled} == {
         "conv_sm": "softmax sum (its activation)", "act_sm": "softmax sum (its activation)",
-        "dense_sm": "matrix product (BLAS/cuBLAS order); softmax sum (its activation)"}
+        "conv_swish": f"{transcendental} (its activation)", "act_gelu": f"{transcendental} (its activation)",
+        "elu": transcendental, "dense_sm": "matrix product (BLAS/cuBLAS order); softmax sum (its activation)"}
     assert {n for n, _ in rep.unclassified} == {"up_bilinear", "lam", "custom"}
     assert not rep.fully_controlled and "unknown   lam: Lambda" in str(rep)
     x = rng.standard_normal((2, 6, 6, 3)).astype(np.float32)
