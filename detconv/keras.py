@@ -397,11 +397,34 @@ _STOCK_TO_DET = {
 _DET_CLASSES = tuple(_STOCK_TO_DET.values())
 
 
-def _convert_layer(layer, accumulation):
-    if type(layer) is keras.layers.TimeDistributed:  # e.g. a video model's per-frame Conv2D
+def _convert_graph(model, accumulation, pairs):
+    """A built Sequential or functional model's converted copy, its weights set; appends (old, new) for
+    every layer cloned, those of models nested in it (and in its TimeDistributed wrappers) included."""
+    def clone_function(layer):
+        new = _convert_layer(layer, accumulation, pairs)
+        pairs.append((layer, new))
+        return new
+
+    with warnings.catch_warnings():
+        # A model compiled where "auto" meant XLA (a GPU) is recompiled without it: expected, not news.
+        warnings.filterwarnings("ignore", message="Model doesn't support `jit_compile=True`")
+        new_model = keras.models.clone_model(model, clone_function=clone_function, recursive=True)
+    for old, new in pairs:
+        if getattr(old, "weights", None):  # graph nodes may be plain operations (e.g. x[..., None])
+            new.set_weights(old.get_weights())
+    return new_model
+
+
+def _convert_layer(layer, accumulation, pairs=None):
+    if type(layer) is keras.layers.TimeDistributed:  # e.g. a video model's per-frame Conv2D or CNN
         config = layer.get_config()
         config.pop("layer")
-        return keras.layers.TimeDistributed(_convert_layer(layer.layer, accumulation), **config)
+        inner = layer.layer
+        if _is_graph_model(inner) and inner.built:
+            inner = _convert_graph(inner, accumulation, [] if pairs is None else pairs)
+        else:
+            inner = _convert_layer(inner, accumulation, pairs)
+        return keras.layers.TimeDistributed(inner, **config)
     target = _STOCK_TO_DET.get(type(layer))
     if target is None and isinstance(layer, _DET_CLASSES):
         target = type(layer)
@@ -591,20 +614,7 @@ def convert(model, accumulation=None, *, verbose=False):
                          "can be copied.")
 
     pairs = []
-
-    def clone_function(layer):
-        new = _convert_layer(layer, accumulation)
-        pairs.append((layer, new))
-        return new
-
-    with warnings.catch_warnings():
-        # A model compiled where "auto" meant XLA (a GPU) is recompiled without it: expected, not news.
-        warnings.filterwarnings("ignore", message="Model doesn't support `jit_compile=True`")
-        new_model = keras.models.clone_model(model, clone_function=clone_function, recursive=True)
-    for old, new in pairs:
-        if getattr(old, "weights", None):  # graph nodes may be plain operations (e.g. x[..., None])
-            new.set_weights(old.get_weights())
-
+    new_model = _convert_graph(model, accumulation, pairs)
     swapped = [(new.name, type(old).__name__, type(new).__name__) for old, new in map(_unwrapped, pairs)
                if type(old) in _STOCK_TO_DET and isinstance(new, _DET_CLASSES)]
     new_model.detconv_report = rep = report(new_model, swapped)

@@ -565,19 +565,25 @@ def test_convert_time_distributed(rng, tmp_path):
     inp = keras.Input((3, 9, 9, 2))
     y = keras.layers.TimeDistributed(keras.layers.Conv2D(4, 3, padding="same", name="frame_conv"), name="td")(inp)
     y = keras.layers.TimeDistributed(keras.layers.DepthwiseConv2D(3, name="frame_dw"), name="td_dw")(y)
+    per_frame = keras.Sequential([keras.Input((7, 7, 4)), keras.layers.Conv2D(2, 1, name="seq_conv")], name="cnn")
+    y = keras.layers.TimeDistributed(per_frame, name="td_seq")(y)  # a per-frame CNN
     model = keras.Model(inp, y)
     converted = dk.convert(model)
     assert isinstance(converted.get_layer("td"), keras.layers.TimeDistributed)
     assert type(converted.get_layer("td").layer) is dk.Conv2D
     assert type(converted.get_layer("td_dw").layer) is dk.DepthwiseConv2D
+    new_cnn = converted.get_layer("td_seq").layer
+    assert isinstance(new_cnn, keras.Sequential) and new_cnn is not per_frame
+    assert type(new_cnn.get_layer("seq_conv")) is dk.Conv2D
     rep = converted.detconv_report
-    assert [s[0] for s in rep.swapped] == ["frame_conv", "frame_dw"] and rep.fully_controlled, str(rep)
+    assert sorted(s[0] for s in rep.swapped) == ["frame_conv", "frame_dw", "seq_conv"], str(rep)
+    assert rep.fully_controlled, str(rep)
     assert [w.path for w in converted.weights] == [w.path for w in model.weights]
     for a, b in zip(converted.weights, model.weights):
         assert_bits_equal(a.numpy(), b.numpy(), a.path)
     x = rng.standard_normal((2, 3, 9, 9, 2)).astype(np.float32)
     got = converted(x).numpy()
-    frames = converted.get_layer("td_dw").layer(converted.get_layer("td").layer(x.reshape(6, 9, 9, 2)))
+    frames = new_cnn(converted.get_layer("td_dw").layer(converted.get_layer("td").layer(x.reshape(6, 9, 9, 2))))
     assert_bits_equal(got, frames.numpy().reshape(got.shape), "framewise")
     np.testing.assert_allclose(got, model(x).numpy(), rtol=1e-4, atol=1e-5)
     converted.save(tmp_path / "td.keras")
