@@ -585,7 +585,7 @@ def convert(model, accumulation=None, *, verbose=False):
 
     ``model``: a Keras 3 Sequential or functional model (nested Sequential and
     functional models, e.g. a ``keras.applications`` backbone, are converted
-    too) or a single layer. Every ``keras.layers.Conv1D``, ``Conv2D``,
+    too, and so is what a ``TimeDistributed`` wraps) or a single layer. Every ``keras.layers.Conv1D``, ``Conv2D``,
     ``DepthwiseConv1D``, ``DepthwiseConv2D``, ``SeparableConv1D``,
     ``SeparableConv2D``, ``Conv3D``, ``Conv1DTranspose``, ``Conv2DTranspose``
     and ``Conv3DTranspose`` (exact class, not a user subclass) becomes the detconv layer with the same config,
