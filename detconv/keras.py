@@ -421,7 +421,10 @@ def _convert_layer(layer, accumulation, pairs=None):
         config.pop("layer")
         inner = layer.layer
         if _is_graph_model(inner) and inner.built:
-            inner = _convert_graph(inner, accumulation, [] if pairs is None else pairs)
+            inner_pairs = []  # its own: _convert_graph sets the weights of the pairs it is given
+            inner = _convert_graph(inner, accumulation, inner_pairs)
+            if pairs is not None:
+                pairs.extend(inner_pairs)
         else:
             inner = _convert_layer(inner, accumulation, pairs)
         return keras.layers.TimeDistributed(inner, **config)
@@ -516,10 +519,10 @@ class ConversionReport:
 
     ``swapped``: [(layer name, stock class, detconv class)]; ``detconv``: names of the layers detconv
     computes (swapped or already detconv); ``uncontrolled``: [(layer name, class, why)] for layers whose
-    sums detconv does not order, or which take exp/tanh/erf (an activation too); ``unreplaced``: stock convolution classes that stayed stock (user
-    subclasses, or inside a subclassed layer); ``unclassified``: [(layer name, class)] for layers detconv
-    does not know (custom layers, Lambda, resizing, ...), which may sum in any order; ``str(report)`` is a
-    readable summary."""
+    sums detconv does not order, or which take exp/tanh/erf (an activation too); ``unreplaced``: stock
+    convolution classes that stayed stock (user subclasses, or inside a subclassed layer); ``unclassified``:
+    [(layer name, class)] for layers detconv does not know (custom layers, Lambda, resizing, ...), which may
+    sum in any order; ``str(report)`` is a readable summary."""
 
     def __init__(self, swapped, detconv, uncontrolled, unreplaced, unclassified=()):
         self.swapped, self.detconv, self.uncontrolled, self.unreplaced = swapped, detconv, uncontrolled, unreplaced
@@ -573,8 +576,8 @@ def report(model, swapped=()):
             elif not (type(layer) in order_free or  # exact classes: a subclass may compute anything
                       (type(layer) in upsampling_2d and getattr(layer, "interpolation", None) == "nearest")):
                 unclassified.append((layer.name, cls))
-        if _activation_why(layer):  # any layer's activation, a convolution's included
-            why.append(f"{_activation_why(layer)} (its activation)")
+        if activation := _activation_why(layer):  # any layer's activation, a convolution's included
+            why.append(f"{activation} (its activation)")
         if why:
             uncontrolled.append((layer.name, cls, "; ".join(why)))
     return ConversionReport(list(swapped), det, uncontrolled, unreplaced, unclassified)
