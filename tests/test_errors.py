@@ -193,8 +193,9 @@ x = np.random.default_rng(0).standard_normal((16, 64, 128, 256), dtype=np.float3
 xt, f = tf.constant(x), np.random.default_rng(1).standard_normal((1, 1, 64, 64), dtype=np.float32)
 vm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmSize")) * 1024
 resource.setrlimit(resource.RLIMIT_AS, (vm + (192 << 20), resource.RLIM_INFINITY))  # the output, not its copy too
-for name, call, err in (("op", lambda: detconv.conv2d(xt, f, 1, "SAME", data_format="NCHW"), tf.errors.ResourceExhaustedError),
-                        ("kernels", lambda: K.conv2d(x, f, 1, "SAME", data_format="NCHW"), MemoryError)):
+for name, call, err in (
+        ("op", lambda: detconv.conv2d(xt, f, 1, "SAME", data_format="NCHW"), tf.errors.ResourceExhaustedError),
+        ("kernels", lambda: K.conv2d(x, f, 1, "SAME", data_format="NCHW"), MemoryError)):
     try:
         call()
         print(name, "RAN")
