@@ -111,8 +111,10 @@ def _tensors(named):
     if dtype in _DTYPE_SET and all(isinstance(v, tf.Tensor) and v.dtype is dtype for v in out):
         return out  # tensors of one supported dtype (DTypes are interned): as they are, as the rules below say
 
-    # the call's dtype: its first tensor's, else its first array's
-    typed = [v for _, v in named if is_tensor(v)] or [v for _, v in named if hasattr(v, "dtype")]
+    # the call's dtype: its first tensor's, else its first array's (a NumPy dtype; a RaggedTensor's or
+    # SparseTensor's dtype is a tf.DType, and converting one below raises tf.nn's ValueError)
+    typed = ([v for _, v in named if is_tensor(v)] or
+             [v for _, v in named if isinstance(getattr(v, "dtype", None), np.dtype)])
     dtype = tf.as_dtype(typed[0].dtype if is_tensor(typed[0]) else np.dtype(typed[0].dtype)) if typed else None
     out = []
     for name, value in named:
