@@ -568,6 +568,8 @@ def test_convert_time_distributed(rng, tmp_path):
     per_frame = keras.Sequential([keras.Input((7, 7, 4)), keras.layers.Conv2D(2, 1, name="seq_conv")], name="cnn")
     y = keras.layers.TimeDistributed(per_frame, name="td_seq")(y)  # a per-frame CNN
     model = keras.Model(inp, y)
+    for layer in model.layers:
+        _randomize(layer, rng)
     converted = dk.convert(model)
     assert isinstance(converted.get_layer("td"), keras.layers.TimeDistributed)
     assert type(converted.get_layer("td").layer) is dk.Conv2D
