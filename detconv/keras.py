@@ -462,6 +462,7 @@ _SOFTMAX = "softmax sum"
 # exp, log, tanh and erf are no IEEE operation: TensorFlow's CPU kernels (Eigen's approximations) and its
 # GPU kernels (CUDA's math library) round them differently, so their bits follow the device.
 _TRANSCENDENTAL = "exp/tanh/erf (CPU and GPU libraries round them differently)"
+_LORA = "LoRA kernel update (a matrix product, BLAS/cuBLAS order)"
 # Layers whose own sums (or functions) detconv does not fix: their bits may still depend on the device, the
 # batch or the thread count. Looked up by name, so a Keras without one of them simply has nothing to match.
 _UNCONTROLLED = {
@@ -519,10 +520,10 @@ class ConversionReport:
 
     ``swapped``: [(layer name, stock class, detconv class)]; ``detconv``: names of the layers detconv
     computes (swapped or already detconv); ``uncontrolled``: [(layer name, class, why)] for layers whose
-    sums detconv does not order, or which take exp/tanh/erf (an activation too); ``unreplaced``: stock
-    convolution classes that stayed stock (user subclasses, or inside a subclassed layer); ``unclassified``:
-    [(layer name, class)] for layers detconv does not know (custom layers, Lambda, resizing, ...), which may
-    sum in any order; ``str(report)`` is a readable summary."""
+    sums detconv does not order, which take exp/tanh/erf (an activation too) or have a LoRA update;
+    ``unreplaced``: stock convolution classes that stayed stock (user subclasses, or inside a subclassed
+    layer); ``unclassified``: [(layer name, class)] for layers detconv does not know (custom layers, Lambda,
+    resizing, ...), which may sum in any order; ``str(report)`` is a readable summary."""
 
     def __init__(self, swapped, detconv, uncontrolled, unreplaced, unclassified=()):
         self.swapped, self.detconv, self.uncontrolled, self.unreplaced = swapped, detconv, uncontrolled, unreplaced
@@ -540,8 +541,8 @@ class ConversionReport:
             lines.append("Convolutions left stock (user subclasses or inside subclassed layers):")
             lines += [f"  stock     {name}: {cls}" for name, cls in self.unreplaced]
         if self.uncontrolled:
-            lines.append("Layers whose sums detconv does not order, or which take exp/tanh/erf (their bits "
-                         "may vary by device, batch, threads):")
+            lines.append("Layers whose bits detconv does not fix (sums in another order, exp/tanh/erf, LoRA "
+                         "updates; they may vary by device, batch, threads):")
             lines += [f"  outside   {name}: {cls} - {why}" for name, cls, why in self.uncontrolled]
         if self.unclassified:
             lines.append("Layers detconv does not know (they may sum in an order it does not control; check "
@@ -578,6 +579,8 @@ def report(model, swapped=()):
                 unclassified.append((layer.name, cls))
         if activation := _activation_why(layer):  # any layer's activation, a convolution's included
             why.append(f"{activation} (its activation)")
+        if getattr(layer, "lora_enabled", False):  # kernel + lora_a @ lora_b, a convolution's too
+            why.append(_LORA)
         if why:
             uncontrolled.append((layer.name, cls, "; ".join(why)))
     return ConversionReport(list(swapped), det, uncontrolled, unreplaced, unclassified)

@@ -699,6 +699,9 @@ def test_report_names_softmax_activations_and_layers_it_does_not_know(rng):
     a = keras.layers.Activation("hard_sigmoid", name="act_hard")(a)
     a = keras.layers.Activation("gelu", name="act_gelu")(a)
     a = keras.layers.ELU(name="elu")(a)
+    lora = keras.layers.Conv2D(4, 1, name="conv_lora")
+    a = lora(a)
+    lora.enable_lora(2)
     a = keras.layers.UpSampling2D(interpolation="bilinear", name="up_bilinear")(a)
     a = keras.layers.UpSampling2D(name="up_nearest")(a)
     a = keras.layers.Lambda(lambda t: t * 2, name="lam")(a)  # convert() copies it (stock clone_model refuses)
@@ -709,12 +712,13 @@ def test_report_names_softmax_activations_and_layers_it_does_not_know(rng):
         _randomize(layer, rng)
     converted = dk.convert(model)
     rep = converted.detconv_report
-    assert [n for n, _, _ in rep.swapped] == ["conv_sm", "conv_swish"]
+    assert [n for n, _, _ in rep.swapped] == ["conv_sm", "conv_swish", "conv_lora"]
     transcendental = "exp/tanh/erf (CPU and GPU libraries round them differently)"
     assert {n: why for n, _, why in rep.uncontrolled} == {
         "conv_sm": "softmax sum (its activation)", "act_sm": "softmax sum (its activation)",
         "conv_swish": f"{transcendental} (its activation)", "act_gelu": f"{transcendental} (its activation)",
-        "elu": transcendental, "dense_sm": "matrix product (BLAS/cuBLAS order); softmax sum (its activation)"}
+        "elu": transcendental, "conv_lora": "LoRA kernel update (a matrix product, BLAS/cuBLAS order)",
+        "dense_sm": "matrix product (BLAS/cuBLAS order); softmax sum (its activation)"}
     assert {n for n, _ in rep.unclassified} == {"up_bilinear", "lam", "custom"}
     assert not rep.fully_controlled and "unknown   lam: Lambda" in str(rep)
     x = rng.standard_normal((2, 6, 6, 3)).astype(np.float32)
