@@ -437,11 +437,21 @@ def _convert_layer(layer, accumulation, pairs=None):
             # Keras' safe mode (which refuses a Python lambda's bytecode) does not apply. Stock clone_model
             # refuses it; convert() copies it.
             return layer.__class__.from_config(layer.get_config(), safe_mode=False)
-        return layer.__class__.from_config(layer.get_config())
-    config = layer.get_config()
+        return layer.__class__.from_config(_live_config(layer))
+    config = _live_config(layer)
     if not isinstance(layer, _DET_CLASSES):  # detconv layers keep their own setting
         config["accumulation"] = accumulation
     return target.from_config(config)
+
+
+def _live_config(layer):
+    """The layer's config, its activation the live callable: a function of the user's (a lambda, say) is
+    serialized as bytecode, which from_config refuses (safe mode); the clone shares the function itself."""
+    config = layer.get_config()
+    fn = getattr(layer, "activation", None)
+    if "activation" in config and callable(fn) and not isinstance(fn, keras.layers.Layer):
+        config["activation"] = fn
+    return config
 
 
 def _unwrapped(pair):
@@ -500,19 +510,27 @@ def _classes(names):
     return tuple(c for c in (getattr(keras.layers, n, None) for n in names) if isinstance(c, type))
 
 
-# Activations (keras.activations' function names) that sum over the channels, or that take exp/tanh/erf;
-# the others (relu, relu6, leaky_relu, hard_sigmoid, hard_silu, softsign, squareplus, ...) are IEEE
-# arithmetic, one rounding per operation.
+# keras.activations' functions (by name) that sum over the channels, or that take exp/tanh/erf; the others
+# (relu, relu6, leaky_relu, hard_sigmoid, hard_silu, softsign, squareplus, ...) are IEEE arithmetic, one
+# rounding per operation.
 _ACTIVATION_WHY = {
     **dict.fromkeys(("softmax", "log_softmax"), _SOFTMAX),
+    "sparsemax": "cumulative sum (a scan's order)",
     **dict.fromkeys(("sigmoid", "tanh", "silu", "gelu", "elu", "selu", "celu", "softplus", "exponential", "mish",
                      "log_sigmoid", "glu", "tanh_shrink"), _TRANSCENDENTAL),
 }
 
 
-def _activation_why(layer):
-    """Why the layer's activation argument (a convolution's too) leaves the contract's reach, or None."""
-    return _ACTIVATION_WHY.get(getattr(getattr(layer, "activation", None), "__name__", ""))
+def _activation(layer):
+    """(why the layer's activation argument, a convolution's too, leaves the contract's reach, or None;
+    whether it is a callable of the user's, which detconv cannot judge)."""
+    fn = getattr(layer, "activation", None)
+    if fn is None or isinstance(fn, keras.layers.Layer):  # none, or a layer the report lists on its own
+        return None, False
+    name = getattr(fn, "__name__", "")
+    if getattr(keras.activations, name, None) is not fn:
+        return None, True
+    return _ACTIVATION_WHY.get(name), False
 
 
 class ConversionReport:
@@ -577,8 +595,11 @@ def report(model, swapped=()):
             elif not (type(layer) in order_free or  # exact classes: a subclass may compute anything
                       (type(layer) in upsampling_2d and getattr(layer, "interpolation", None) == "nearest")):
                 unclassified.append((layer.name, cls))
-        if activation := _activation_why(layer):  # any layer's activation, a convolution's included
+        activation, custom = _activation(layer)  # any layer's activation, a convolution's included
+        if activation:
             why.append(f"{activation} (its activation)")
+        if custom and not any(name == layer.name for name, _ in unclassified):
+            unclassified.append((layer.name, f"{cls} (its activation {getattr(layer.activation, '__name__', '?')})"))
         if getattr(layer, "lora_enabled", False):  # kernel + lora_a @ lora_b, a convolution's too
             why.append(_LORA)
         if why:

@@ -702,6 +702,8 @@ def test_report_names_softmax_activations_and_layers_it_does_not_know(rng):
     lora = keras.layers.Conv2D(4, 1, name="conv_lora")
     a = lora(a)
     lora.enable_lora(2)
+    a = keras.layers.Conv2D(4, 1, activation=lambda t: t * 2, name="conv_own_act")(a)  # the user's callable
+    a = keras.layers.Activation("sparsemax", name="act_sparsemax")(a)
     a = keras.layers.UpSampling2D(interpolation="bilinear", name="up_bilinear")(a)
     a = keras.layers.UpSampling2D(name="up_nearest")(a)
     a = keras.layers.Lambda(lambda t: t * 2, name="lam")(a)  # convert() copies it (stock clone_model refuses)
@@ -712,14 +714,15 @@ def test_report_names_softmax_activations_and_layers_it_does_not_know(rng):
         _randomize(layer, rng)
     converted = dk.convert(model)
     rep = converted.detconv_report
-    assert [n for n, _, _ in rep.swapped] == ["conv_sm", "conv_swish", "conv_lora"]
+    assert [n for n, _, _ in rep.swapped] == ["conv_sm", "conv_swish", "conv_lora", "conv_own_act"]
     transcendental = "exp/tanh/erf (CPU and GPU libraries round them differently)"
     assert {n: why for n, _, why in rep.uncontrolled} == {
         "conv_sm": "softmax sum (its activation)", "act_sm": "softmax sum (its activation)",
         "conv_swish": f"{transcendental} (its activation)", "act_gelu": f"{transcendental} (its activation)",
         "elu": transcendental, "conv_lora": "LoRA kernel update (a matrix product, BLAS/cuBLAS order)",
+        "act_sparsemax": "cumulative sum (a scan's order) (its activation)",
         "dense_sm": "matrix product (BLAS/cuBLAS order); softmax sum (its activation)"}
-    assert {n for n, _ in rep.unclassified} == {"up_bilinear", "lam", "custom"}
+    assert {n for n, _ in rep.unclassified} == {"up_bilinear", "lam", "custom", "conv_own_act"}
     assert not rep.fully_controlled and "unknown   lam: Lambda" in str(rep)
     x = rng.standard_normal((2, 6, 6, 3)).astype(np.float32)
     np.testing.assert_allclose(converted(x), model(x), rtol=1e-4, atol=1e-5)
