@@ -583,7 +583,7 @@ def report(model, swapped=()):
     for layer in layers:
         if isinstance(layer, keras.Model):  # a nested model: its layers are in the list themselves
             continue
-        cls, why = type(layer).__name__, []
+        cls, why, unknown = type(layer).__name__, [], False
         if isinstance(layer, _DET_CLASSES):
             det.append(layer.name)
         elif isinstance(layer, tuple(_STOCK_TO_DET)):
@@ -592,13 +592,15 @@ def report(model, swapped=()):
             known = next((w for c, w in uncontrolled_classes.items() if isinstance(layer, c)), None)
             if known is not None:
                 why.append(known)
-            elif not (type(layer) in order_free or  # exact classes: a subclass may compute anything
-                      (type(layer) in upsampling_2d and getattr(layer, "interpolation", None) == "nearest")):
-                unclassified.append((layer.name, cls))
+            else:  # exact classes: a subclass may compute anything
+                unknown = not (type(layer) in order_free or (type(layer) in upsampling_2d and
+                                                             getattr(layer, "interpolation", None) == "nearest"))
         activation, custom = _activation(layer)  # any layer's activation, a convolution's included
         if activation:
             why.append(f"{activation} (its activation)")
-        if custom and not any(name == layer.name for name, _ in unclassified):
+        if unknown:
+            unclassified.append((layer.name, cls))
+        elif custom:
             unclassified.append((layer.name, f"{cls} (its activation {getattr(layer.activation, '__name__', '?')})"))
         if getattr(layer, "lora_enabled", False):  # kernel + lora_a @ lora_b, a convolution's too
             why.append(_LORA)

@@ -115,7 +115,7 @@ def _tensors(named):
     # SparseTensor's dtype is a tf.DType, and converting one below raises tf.nn's ValueError)
     typed = ([v for _, v in named if is_tensor(v)] or
              [v for _, v in named if isinstance(getattr(v, "dtype", None), np.dtype)])
-    dtype = tf.as_dtype(typed[0].dtype if is_tensor(typed[0]) else np.dtype(typed[0].dtype)) if typed else None
+    dtype = tf.as_dtype(typed[0].dtype) if typed else None
     out = []
     for name, value in named:
         if is_tensor(value) or dtype is None or not dtype.is_floating:

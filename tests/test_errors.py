@@ -184,7 +184,7 @@ def test_kernels_api_overflowing_geometry():
 # tf.nn is, and the kernel module's MemoryError; before, the C++ exception crossed into TensorFlow,
 # whose eager call died of SIGSEGV in its pybind11 translation.
 _OOM_SCRIPT = """
-import resource, sys
+import resource
 import numpy as np, tensorflow as tf, detconv
 from detconv import kernels as K
 detconv.conv2d(tf.ones((1, 4, 4, 2)), tf.ones((1, 1, 2, 2)), 1, "SAME", data_format="NCHW")
