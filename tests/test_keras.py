@@ -728,6 +728,31 @@ def test_report_names_softmax_activations_and_layers_it_does_not_know(rng):
     np.testing.assert_allclose(converted(x), model(x), rtol=1e-4, atol=1e-5)
 
 
+@keras.saving.register_keras_serializable(package="detconv_test")
+def _halve(t):
+    return t * 0.5
+
+
+def test_convert_user_activation_saves_when_registered(tmp_path, rng):
+    """A convolution whose activation is a registered function of the user's converts (its clone shares the
+    function) and round-trips through .keras under Keras' safe mode; a lambda would save but not load, for
+    a stock model too (docs/keras.md)."""
+    inp = keras.Input((6, 6, 3))
+    y = keras.layers.Conv2D(4, 3, activation=_halve, name="conv_halve")(inp)
+    y = keras.layers.Activation(_halve, name="act_halve")(y)
+    model = keras.Model(inp, y)
+    for layer in model.layers:
+        _randomize(layer, rng)
+    converted = dk.convert(model)
+    assert isinstance(converted.get_layer("conv_halve"), dk.Conv2D)
+    assert converted.get_layer("conv_halve").activation is _halve
+    x = rng.standard_normal((2, 6, 6, 3)).astype(np.float32)
+    converted.save(tmp_path / "act.keras")
+    loaded = keras.saving.load_model(tmp_path / "act.keras")
+    assert isinstance(loaded.get_layer("conv_halve"), dk.Conv2D)
+    assert_bits_equal(loaded(x), converted(x), ".keras round trip, the user's activation")
+
+
 def test_3d_layers_keras_file_and_saved_model(tmp_path, rng):
     inp = keras.Input((4, 6, 6, 2))
     y = dk.Conv3D(3, 3, padding="same", name="c3d", accumulation="float32")(inp)
