@@ -523,14 +523,14 @@ _ACTIVATION_WHY = {
 
 def _activation(layer):
     """(why the layer's activation argument, a convolution's too, leaves the contract's reach, or None;
-    whether it is a callable of the user's, which detconv cannot judge)."""
+    the name of a callable of the user's, which detconv cannot judge, or None)."""
     fn = getattr(layer, "activation", None)
     if fn is None or isinstance(fn, keras.layers.Layer):  # none, or a layer the report lists on its own
-        return None, False
+        return None, None
     name = getattr(fn, "__name__", "")
     if getattr(keras.activations, name, None) is not fn:
-        return None, True
-    return _ACTIVATION_WHY.get(name), False
+        return None, name or "?"
+    return _ACTIVATION_WHY.get(name), None
 
 
 class ConversionReport:
@@ -595,13 +595,13 @@ def report(model, swapped=()):
             else:  # exact classes: a subclass may compute anything
                 unknown = not (type(layer) in order_free or (type(layer) in upsampling_2d and
                                                              getattr(layer, "interpolation", None) == "nearest"))
-        activation, custom = _activation(layer)  # any layer's activation, a convolution's included
+        activation, own = _activation(layer)  # any layer's activation, a convolution's included
         if activation:
             why.append(f"{activation} (its activation)")
         if unknown:
             unclassified.append((layer.name, cls))
-        elif custom:
-            unclassified.append((layer.name, f"{cls} (its activation {getattr(layer.activation, '__name__', '?')})"))
+        elif own:
+            unclassified.append((layer.name, f"{cls} (its activation {own})"))
         if getattr(layer, "lora_enabled", False):  # kernel + lora_a @ lora_b, a convolution's too
             why.append(_LORA)
         if why:
