@@ -60,10 +60,18 @@ def test_keras_fit_benchmark_smoke():
     script = os.path.join(ROOT, "benchmarks", "keras_fit.py")
     if not os.path.isfile(script):
         pytest.skip("benchmarks/keras_fit.py is not in this checkout")
-    p = _run([script, "--smoke"], timeout=300)
+    p = _run([script, "--smoke", "--ops"], timeout=300)
     assert p.returncode == 0, f"keras_fit failed ({p.returncode}):\n{p.stdout}\n{p.stderr[-3000:]}"
-    row = next(line.split() for line in p.stdout.splitlines() if line.startswith("smoke "))
-    assert float(row[3]) > 0 and row[4] == "2", p.stdout  # a ratio, and both convolutions swapped
+    lines = p.stdout.splitlines()
+    row = next(line.split() for line in lines if line.startswith("smoke "))
+    assert float(row[3]) > 0 and float(row[4]) > 0 and row[5] == "2", p.stdout  # ratios; both swapped
+    # --ops: the profile's rows by op type; the converted side's convolutions are detconv's ops only.
+    ops = {line[:48].strip(): line[48:].split() for line in lines[lines.index(next(
+        line for line in lines if line.startswith("op type"))) + 1:] if len(line) > 48}
+    assert float(ops["DetConv>Conv2D"][1]) > 0 and float(ops["DetConv>Conv2D"][0]) == 0, p.stdout
+    stock_conv = [k for k in ops if "conv" in k.lower() and not k.startswith(("DetConv>", "all "))]
+    assert stock_conv and all(float(ops[k][1]) == 0 for k in stock_conv), p.stdout
+    assert float(ops["all convolution ops (fused ones included)"][0]) > 0, p.stdout
 
 
 def test_cli_bench_without_checkout(monkeypatch, capsys):
