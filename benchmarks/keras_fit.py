@@ -173,7 +173,7 @@ def main(argv=None):
         print(f"keras_fit.py: --isa {args.isa} is not supported on this machine", file=sys.stderr)
         return 2
     if args.smoke:
-        args.models, args.batch, args.size, args.steps, args.warmup = ["smoke"], 2, 16, 2, 1
+        args.models, args.batch, args.size, args.steps, args.warmup, args.ops_steps = ["smoke"], 2, 16, 2, 1, 1
     rng = np.random.default_rng(0)
     print(f"{'model':<12}  {'stock s/step':>12}  {'detconv s/step':>14}  {'ratio':>5}  {'paired':>6}  "
           "convolutions swapped")
@@ -192,8 +192,8 @@ def main(argv=None):
         ts, td, paired = _time_pair(stock, converted, x, y, args.warmup, args.steps)
         print(f"{name:<12}  {ts:>12.3f}  {td:>14.3f}  {ts / td:>5.2f}  {paired:>6.2f}  {swapped}", flush=True)
         if args.ops:
-            steps = 1 if args.smoke else args.ops_steps
-            profiles.append((name, _op_times(tf, stock, x, y, steps), _op_times(tf, converted, x, y, steps)))
+            profiles.append((name, _op_times(tf, stock, x, y, args.ops_steps),
+                             _op_times(tf, converted, x, y, args.ops_steps)))
     print(f"batch {args.batch}, {args.size}x{args.size} inputs, SGD, median of {args.steps} steps after "
           f"{args.warmup} warm-up, intra-op threads {args.threads or 'TensorFlow default'}, detconv CPU path "
           f"{detconv.cpu_isa()}, TensorFlow {tf.__version__}, Keras {keras.__version__}")

@@ -2,11 +2,9 @@
 // partitioned over outputs (or dw chunks) only.
 #define EIGEN_USE_THREADS
 #include <algorithm>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <limits>
-#include <mutex>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -64,26 +62,21 @@ class TfPoolExecutor : public detconv::CpuExecutor {
     const i64 work = saturating_product(cost, units);
     Eigen::ThreadPoolInterface* pool = workers_->workers->AsEigenThreadPool();
     if (work >= kParallelWork && on_tf_thread() && pool->CurrentThreadId() < 0) {
-      // Not a pool thread (one waiting here would hold a thread its tasks may need).
-      struct Wait {
-        std::mutex mu;
-        std::condition_variable done;
-        i64 left;
-      } wait{{}, {}, tasks};
+      // Not a pool thread (one waiting here would hold a thread its tasks may need). The wait is
+      // Eigen's Barrier, as in the ParallelFor below.
+      Eigen::Barrier done(static_cast<unsigned>(tasks));
       i64 scheduled = 0;
       try {
         for (; scheduled < tasks; ++scheduled)
           pool->ScheduleWithHint([&] {
             queue.drain(fn);
-            std::lock_guard<std::mutex> lock(wait.mu);
-            if (--wait.left == 0) wait.done.notify_one();
+            done.Notify();
           }, int(scheduled), int(scheduled) + 1);
       } catch (...) {  // (std::bad_alloc) the tasks not scheduled: their share drained here
         queue.drain(fn);
+        for (i64 k = scheduled; k < tasks; ++k) done.Notify();
       }
-      std::unique_lock<std::mutex> lock(wait.mu);
-      wait.left -= tasks - scheduled;
-      wait.done.wait(lock, [&] { return wait.left == 0; });
+      done.Wait();
     } else {
       const i64 task_cost = saturating_product(cost, detconv::ceil_div(units, tasks));
       workers_->workers->ParallelFor(tasks, ThreadPool::SchedulingParams::Adaptive(task_cost),
