@@ -9,6 +9,10 @@ CPU calls use the default thread count (threads=None), as users do.
 
 NumPy always; PyTorch CPU / CUDA tensors and CuPy arrays when those libraries (and a device) are there.
 
+A second table times small CPU layers (batch 1, up to a few hundred microseconds of work) on one thread and
+on the default thread count: what the executor's threads cost or gain where a call is short (the ratio
+one thread / default: > 1, the threads pay).
+
     python benchmarks/host_overhead.py               # this checkout's detconv (an installed one first)
     PYTHONPATH=/other/copy python benchmarks/host_overhead.py   # another copy of the package (say, the old one)
 """
@@ -140,6 +144,36 @@ def _libs():
         yield CuPy
 
 
+def _small_layers():
+    """(name, call(threads)) for small CPU layers, float32 NHWC, batch 1."""
+    rng = np.random.default_rng(0)
+    a = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    K = kernels
+    rows = []
+    for h, c in ((8, 16), (14, 64), (28, 64), (56, 64)):
+        x, f, dy = a(1, h, h, c), a(3, 3, c, c), a(1, h, h, c)
+        name = f"3x3 {h}x{h}x{c}"
+        rows += [
+            (f"{name} fwd", lambda t, x=x, f=f: K.conv2d(x, f, 1, "SAME", threads=t)),
+            (f"{name} dx", lambda t, dy=dy, f=f, s=x.shape: K.conv2d_backprop_input(dy, f, s, 1, "SAME", threads=t)),
+            (f"{name} dw", lambda t, x=x, dy=dy, s=f.shape: K.conv2d_backprop_filter(x, dy, s, 1, "SAME", threads=t)),
+        ]
+    return rows
+
+
+def _threads_table(repeat):
+    print(f"\nsmall CPU layers, median us per call: one thread against the default "
+          f"({os.cpu_count()} threads: the cores)")
+    print(f"{'layer':<22} {'1 thread':>9} {'default':>9} {'ratio':>6}")
+    for name, call in _small_layers():
+        one = call(1)
+        number = max(10, int(0.05 / max(_median_us(lambda: call(1), lambda: None, 10, 1) * 1e-6, 1e-6)))
+        t1 = _median_us(lambda: call(1), lambda: None, number, repeat)
+        td = _median_us(lambda: call(None), lambda: None, number, repeat)
+        assert np.array_equal(one.view(np.uint32), call(None).view(np.uint32)), name  # the bits never depend on it
+        print(f"{name:<22} {t1:9.1f} {td:9.1f} {t1 / td:6.2f}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--number", type=int, default=2000, help="calls per timed run")
@@ -153,6 +187,7 @@ def main():
             t = _median_us(public, lib.sync, args.number, args.repeat)
             n = _median_us(native, lib.sync, args.number, args.repeat)
             print(f"{lib.name:<11} {name:<24} {t:8.1f} {n:8.1f} {t - n:9.1f}", flush=True)
+    _threads_table(args.repeat)
 
 
 if __name__ == "__main__":

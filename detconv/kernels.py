@@ -18,7 +18,9 @@ groups * filter in-channels). The forms are detconv's one set
 * ``data_format="NHWC" | "NCHW"`` (3-D: ``"NDHWC" | "NCDHW"``): memory layout
   of the input- and output-shaped arrays (and of ``input_shape``); never
   changes a bit;
-* ``threads``: CPU threads (default: all hardware threads).
+* ``threads``: CPU threads, the caller's among them (default: all hardware
+  threads); the others are kept parked between calls, one set per process
+  (a forked child starts its own), and never change a bit.
 
 GPU work is asynchronous on the caller's current stream, like any CuPy or
 PyTorch operation. Workspaces (filter and bias gradients) are allocated from

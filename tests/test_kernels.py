@@ -162,6 +162,56 @@ def test_threads_draining_many_chunks_never_change_bits(rng):
             assert_bits_equal(g, w, f"threads={t} {name}")
 
 
+def test_concurrent_callers_share_the_worker_pool(rng):
+    # Python threads calling at once (the GIL released): one holds the module's parked threads
+    # (csrc/python/worker_pool.h), the others start threads of their own; every result one thread's bits.
+    import threading
+
+    x, f, b = rand(rng, (2, 28, 28, 32), "float32"), rand(rng, (3, 3, 32, 32), "float32"), rand(rng, (32,), "float32")
+    dy = rand(rng, (2, 28, 28, 32), "float32")
+    one = _all(K, x, f, b, dy, 1, 1, "SAME", None, threads=1)
+    got, errors = {}, []
+
+    def call(k):
+        try:
+            for r in range(3):
+                got[k, r] = _all(K, x, f, b, dy, 1, 1, "SAME", None, threads=2 + k % 3)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    callers = [threading.Thread(target=call, args=(k,)) for k in range(6)]
+    for c in callers:
+        c.start()
+    for c in callers:
+        c.join()
+    assert not errors, errors
+    assert len(got) == 18
+    for key, many in got.items():
+        for name, g, w in zip(NAMES, many, one):
+            assert_bits_equal(g, w, f"caller {key} {name}")
+
+
+def _forked_call(q, x, f):
+    q.put(K.conv2d(x, f, padding="SAME", threads=2))
+
+
+def test_forked_child_runs_its_own_threads(rng):
+    # A child forked after the parent's pool started (multiprocessing's fork, as data loaders do) holds
+    # none of its threads (nor any lock they held): its calls finish, with the parent's bits.
+    import multiprocessing
+
+    x, f = rand(rng, (2, 28, 28, 32), "float32"), rand(rng, (3, 3, 32, 32), "float32")
+    want = K.conv2d(x, f, padding="SAME", threads=2)  # the parent's pool is up
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    child = ctx.Process(target=_forked_call, args=(q, x, f))
+    child.start()
+    got = q.get(timeout=120)
+    child.join(timeout=120)
+    assert child.exitcode == 0
+    assert_bits_equal(got, want, "forked child")
+
+
 def test_wgrad_many_chunks(rng):
     # R = 4*20*20 = 1600 and a small filter: ceil(R/64) = 25 chunks added in order.
     x, f, b, dy = _operands(rng, (4, 20, 20, 2), (3, 3, 2, 3), 1, 1, "SAME", "float32", None)

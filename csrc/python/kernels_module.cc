@@ -2,8 +2,8 @@
 //
 // This module is deliberately thin: detconv/kernels.py checks the arrays,
 // allocates outputs and workspaces with the caller's own library (NumPy, CuPy,
-// PyTorch), and passes raw data pointers here. CPU kernels run on a std::thread
-// executor with the GIL released; GPU kernels are enqueued on the stream the
+// PyTorch), and passes raw data pointers here. CPU kernels run on the calling thread
+// and parked pool threads (worker_pool.h) with the GIL released; GPU kernels are enqueued on the stream the
 // caller passes (CuPy's / PyTorch's current stream) on the current device.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -20,6 +20,7 @@
 #include "detconv/order.h"
 #include "detconv/problem.h"
 #include "detconv/unit_queue.h"
+#include "python/worker_pool.h"
 
 #if defined(DETCONV_MODULE_CUDA)
 #include <cuda_runtime_api.h>
@@ -31,7 +32,7 @@ using namespace detconv;
 namespace {
 
 // Runs a parallel_for on up to `threads` threads (the calling thread one of
-// them), each draining one UnitQueue. Kernels partition over outputs (or dw
+// them, the others from WorkerPool), each draining one UnitQueue. Kernels partition over outputs (or dw
 // chunks) only, so the partition never changes a bit.
 class ThreadExecutor : public CpuExecutor {
  public:
@@ -50,15 +51,17 @@ class ThreadExecutor : public CpuExecutor {
       return;
     }
     UnitQueue queue(units, cost, t);
-    auto drain = [&] { queue.drain(fn); };
-    std::vector<std::thread> pool;
-    pool.reserve(std::size_t(t - 1));
-    try {
-      for (i64 k = 1; k < t; ++k) pool.emplace_back(drain);
-    } catch (const std::system_error&) {  // no thread to be had: those started share the queue
+    const std::function<void()> drain = [&] { queue.drain(fn); };
+    if (!WorkerPool::instance().run(int(t - 1), drain)) {  // in use (another caller): threads of its own
+      std::vector<std::thread> pool;
+      pool.reserve(std::size_t(t - 1));
+      try {
+        for (i64 k = 1; k < t; ++k) pool.emplace_back(drain);
+      } catch (const std::system_error&) {  // no thread to be had: those started share the queue
+      }
+      drain();
+      for (auto& th : pool) th.join();
     }
-    drain();
-    for (auto& th : pool) th.join();
     queue.rethrow_first();
   }
 
